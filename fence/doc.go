@@ -1,0 +1,33 @@
+// Package fence provides the fencing token that a lease holder hands to the
+// resources it writes to, and the rule those resources use to refuse writes
+// from holders that have been superseded.
+//
+// A [Token] names a lock and carries the etcd creation revision of the key
+// that made one acquisition of it. etcd revisions only grow, and every new
+// acquisition of a lock creates its key anew, so a later holder of the same
+// lock always carries a strictly higher revision. A resource that remembers
+// the highest token it has accepted for a lock (its mark) and refuses lower
+// ones cannot be written by a holder that paused, lost its lease and woke up
+// late. [Check] is that rule: equal or newer is admitted, older is
+// [ErrStale], a token for another lock is [ErrWrongLock].
+//
+// What this package does not do: it keeps no marks. Keeping the mark next to
+// the data, and checking it atomically with the write, is the job of the
+// guard and sqlguard packages. Revisions are comparable only within one etcd
+// cluster: restoring a snapshot without `etcdutl snapshot restore
+// --bump-revision` can make tokens repeat.
+//
+// The owner token (package owner) and the fencing token do different jobs:
+// the owner token lets a holder manage its own lock record and is never sent
+// to other services; the fencing token is public and travels with every
+// write (see [NewContext], and the header and metadata helpers in guard).
+//
+// # Text form
+//
+// [Token.String] and [Parse] use the form "<revision>:<name>", for example
+// "42:orders". The revision is decimal without sign or leading zeros. The
+// name is percent-encoded: bytes other than ASCII letters, digits and
+// "-._~/" are written as %XX with upper-case hex. The form is pure ASCII,
+// suits HTTP headers and gRPC metadata, and round-trips for any lock name.
+// Parse accepts only the canonical form, so one token has one text.
+package fence

@@ -1,0 +1,299 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaxNameLen is the longest lock name, in bytes, that a Token may carry.
+const MaxNameLen = 512
+
+var (
+	// ErrStale reports a token older than the mark a resource already
+	// accepted for the same lock. Errors matching it are *StaleError.
+	ErrStale = errors.New("fence: stale token")
+	// ErrWrongLock reports a token for a different lock than the one the
+	// resource is bound to. Errors matching it are *WrongLockError.
+	ErrWrongLock = errors.New("fence: token is for a different lock")
+	// ErrInvalid reports a token that no acquisition can have made: an
+	// empty or oversized lock name, or a revision <= 0.
+	ErrInvalid = errors.New("fence: invalid token")
+	// ErrSyntax reports text that is not a token's canonical text form.
+	// Errors matching it are *SyntaxError.
+	ErrSyntax = errors.New("fence: malformed token text")
+)
+
+// Token is a fencing token: the lock's name and the etcd creation revision of
+// the key written by one acquisition of it. The zero Token is invalid and
+// stands for "no token".
+//
+// Tokens are plain values; they are safe to copy, compare with ==, and send
+// to other services.
+type Token struct {
+	// Lock is the name of the lock, as given to lease.Client.Acquire.
+	Lock string
+	// Revision is the etcd creation revision of the acquisition's key.
+	Revision int64
+}
+
+// IsZero reports whether t is the zero Token.
+func (t Token) IsZero() bool { return t == Token{} }
+
+// Validate returns nil when t could have been made by an acquisition, and an
+// error matching ErrInvalid otherwise.
+func (t Token) Validate() error {
+	switch {
+	case t.Revision <= 0:
+		return fmt.Errorf("%w: revision %d is not positive", ErrInvalid, t.Revision)
+	case t.Lock == "":
+		return fmt.Errorf("%w: empty lock name", ErrInvalid)
+	case len(t.Lock) > MaxNameLen:
+		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(t.Lock), MaxNameLen)
+	}
+	return nil
+}
+
+// StaleError is the error for a token older than a resource's mark.
+type StaleError struct {
+	// Token is the token that was refused.
+	Token Token
+	// Mark is the highest token the resource had accepted for the lock.
+	Mark Token
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("fence: stale token: lock %q revision %d is older than accepted revision %d",
+		e.Token.Lock, e.Token.Revision, e.Mark.Revision)
+}
+
+// Is reports whether target is ErrStale.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// WrongLockError is the error for a token naming a different lock than the
+// one a resource is bound to.
+type WrongLockError struct {
+	// Token is the token that was refused.
+	Token Token
+	// Want is the lock the resource is bound to.
+	Want string
+}
+
+func (e *WrongLockError) Error() string {
+	return fmt.Sprintf("fence: token for lock %q, resource is bound to lock %q", e.Token.Lock, e.Want)
+}
+
+// Is reports whether target is ErrWrongLock.
+func (e *WrongLockError) Is(target error) bool { return target == ErrWrongLock }
+
+// Check applies the fencing rule: it reports whether a resource whose
+// highest accepted token is mark may accept t. It returns nil when t is for
+// the same lock as mark and t.Revision >= mark.Revision (equal is the same
+// holder writing again); a *StaleError when t is older; a *WrongLockError
+// when t names another lock; and an error matching ErrInvalid when t is
+// invalid. A zero mark means nothing was accepted yet: any valid t passes.
+//
+// Check only decides. The caller must make the check and the write one
+// atomic step and then advance its mark to [Max](mark, t).
+func Check(mark, t Token) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if mark.IsZero() {
+		return nil
+	}
+	if t.Lock != mark.Lock {
+		return &WrongLockError{Token: t, Want: mark.Lock}
+	}
+	if t.Revision < mark.Revision {
+		return &StaleError{Token: t, Mark: mark}
+	}
+	return nil
+}
+
+// Max returns the newer of two tokens for the same lock, or the non-zero one
+// when one is zero. For tokens of different locks it returns a: marks of
+// different locks do not order.
+func Max(a, b Token) Token {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero(), a.Lock != b.Lock:
+		return a
+	case b.Revision > a.Revision:
+		return b
+	}
+	return a
+}
+
+// String returns the canonical text form "<revision>:<percent-encoded
+// name>". Parse(t.String()) returns t for every valid t.
+func (t Token) String() string {
+	var b strings.Builder
+	b.Grow(len(t.Lock) + 21)
+	b.WriteString(strconv.FormatInt(t.Revision, 10))
+	b.WriteByte(':')
+	escape(&b, t.Lock)
+	return b.String()
+}
+
+// MarshalText implements encoding.TextMarshaler with the canonical form.
+func (t Token) MarshalText() ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return []byte(t.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler; it accepts what Parse
+// accepts.
+func (t *Token) UnmarshalText(text []byte) error {
+	p, err := Parse(string(text))
+	if err != nil {
+		return err
+	}
+	*t = p
+	return nil
+}
+
+// SyntaxError describes text that Parse refused.
+type SyntaxError struct {
+	// Text is the input, cut to at most 64 bytes.
+	Text string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("fence: malformed token %q: %s", e.Text, e.Reason)
+}
+
+// Is reports whether target is ErrSyntax.
+func (e *SyntaxError) Is(target error) bool { return target == ErrSyntax }
+
+func syntaxErr(s, reason string) error {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return &SyntaxError{Text: s, Reason: reason}
+}
+
+// Parse parses the canonical text form written by Token.String. It returns
+// a *SyntaxError (matching ErrSyntax) for anything else, including a
+// revision <= 0, an empty name, a name longer than MaxNameLen, and
+// non-canonical escapes such as "%41" for "A" or lower-case hex.
+func Parse(s string) (Token, error) {
+	if len(s) > MaxNameLen*3+21 {
+		return Token{}, syntaxErr(s, "too long")
+	}
+	revText, enc, ok := strings.Cut(s, ":")
+	if !ok {
+		return Token{}, syntaxErr(s, `missing ":" between revision and lock name`)
+	}
+	if revText == "" {
+		return Token{}, syntaxErr(s, "empty revision")
+	}
+	for i := 0; i < len(revText); i++ {
+		if revText[i] < '0' || revText[i] > '9' {
+			return Token{}, syntaxErr(s, "revision is not a decimal number")
+		}
+	}
+	if revText[0] == '0' {
+		return Token{}, syntaxErr(s, "revision is zero or has leading zeros")
+	}
+	rev, err := strconv.ParseInt(revText, 10, 64)
+	if err != nil {
+		return Token{}, syntaxErr(s, "revision out of range")
+	}
+	name, reason := unescape(enc)
+	if reason != "" {
+		return Token{}, syntaxErr(s, reason)
+	}
+	if name == "" {
+		return Token{}, syntaxErr(s, "empty lock name")
+	}
+	if len(name) > MaxNameLen {
+		return Token{}, syntaxErr(s, "lock name too long")
+	}
+	return Token{Lock: name, Revision: rev}, nil
+}
+
+const upperHex = "0123456789ABCDEF"
+
+// unreserved reports whether c is written as itself in the text form.
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~' || c == '/'
+}
+
+func escape(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if unreserved(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(upperHex[c>>4])
+		b.WriteByte(upperHex[c&15])
+	}
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// unescape decodes the canonical percent-encoding; it returns a reason when
+// enc is not canonical.
+func unescape(enc string) (string, string) {
+	var b strings.Builder
+	b.Grow(len(enc))
+	for i := 0; i < len(enc); i++ {
+		c := enc[i]
+		if c != '%' {
+			if !unreserved(c) {
+				return "", fmt.Sprintf("byte %#02x in lock name must be percent-encoded", c)
+			}
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(enc) {
+			return "", "truncated percent escape"
+		}
+		hi, ok1 := unhex(enc[i+1])
+		lo, ok2 := unhex(enc[i+2])
+		if !ok1 || !ok2 {
+			return "", "percent escape is not two upper-case hex digits"
+		}
+		d := hi<<4 | lo
+		if unreserved(d) {
+			return "", fmt.Sprintf("%q must not be percent-encoded", d)
+		}
+		b.WriteByte(d)
+		i += 2
+	}
+	return b.String(), ""
+}
+
+type ctxKey struct{}
+
+// NewContext returns a copy of ctx that carries t. Client-side propagation
+// (the guard package's RoundTripper and gRPC interceptors) sends the token
+// found this way.
+func NewContext(ctx context.Context, t Token) context.Context {
+	return context.WithValue(ctx, ctxKey{}, t)
+}
+
+// FromContext returns the token carried by ctx, if any.
+func FromContext(ctx context.Context) (Token, bool) {
+	t, ok := ctx.Value(ctxKey{}).(Token)
+	return t, ok
+}

@@ -1,0 +1,18 @@
+// Package owner makes per-acquisition owner tokens: the value a lease holder
+// writes into its lock record and compares on every release, renew and
+// reentry, so that a holder that was superseded cannot manage the lock of
+// the holder that replaced it.
+//
+// A token joins three parts: a stable instance id (which pod or host), the
+// process-start epoch (which run of it), and 96 random bits from crypto/rand
+// (which acquisition). An IP address, a thread id or a fixed instance id alone
+// would repeat across NAT, restarts or two acquisitions of one instance; the
+// random part never does, and the first two parts make a token traceable in
+// the lock record.
+//
+// A token is a secret of its holder: it is never handed to other services
+// (they receive the fencing token from package fence instead) and never
+// logged. [Token.String], %v, %#v and slog all print only [Token.Digest], a
+// short hash that joins log lines without revealing the token. Only
+// [Token.Value] returns the token itself, for writing the lock record.
+package owner
