@@ -1,0 +1,100 @@
+// Package guard makes resources refuse writes from lease holders that have
+// been superseded: it keeps, per protected resource, the highest fencing
+// token accepted (the mark) and rejects anything older, in HTTP handlers,
+// gRPC servers or plain Go code; and it carries tokens from clients to
+// those servers.
+//
+// # The rule
+//
+// A token (fence.Token) names a lock and the etcd revision of one
+// acquisition of it. A resource bound to lock L accepts a token for L equal
+// to its mark (the same holder writing again) or newer (and raises its mark
+// to it), and refuses an older one (stale). It refuses a token for another
+// lock even when its revision is higher: etcd revisions are cluster-wide
+// and order acquisitions of one lock only. Tokens with a revision <= 0 are
+// invalid. [fence.Check] is the rule; [Guard] applies it.
+//
+// # Propagation
+//
+// A token travels as one HTTP request header, [Header] ("Fencing-Token"),
+// or one gRPC metadata key, [MetadataKey] ("fencing-token"), whose value is
+// the token's text form, for example "42:orders". Clients put the token in
+// the request context with fence.NewContext and send requests through
+// [Transport] or the gRPC client interceptors ([UnaryClientInterceptor],
+// [StreamClientInterceptor]), which stamp it. Servers read it with
+// [Guard.Middleware] or the gRPC server interceptors, which check it and
+// put it in the handler's context (fence.FromContext).
+//
+// # Answers
+//
+// HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
+// one 409 Conflict, each with an RFC 9457 application/problem+json body
+// ([Problem]) naming the resource, the token received and the mark. gRPC:
+// stale or wrong lock is codes.Aborted, missing or malformed
+// codes.InvalidArgument, with a google.rpc.ErrorInfo detail. In Go,
+// [Guard.Do] refuses with errors matching [ErrRejected] together with
+// fence.ErrStale or fence.ErrWrongLock, or [ErrMalformed]; [TokenFromHeader]
+// and [TokenFromMetadata] return [ErrMissing] or [ErrMalformed].
+//
+// # Guarantees
+//
+// A [Guard] runs the check of a token and the write it admits as one step
+// per resource: no other write of that resource through the same Guard
+// starts until the write returns. With any [Store], the writes one Guard
+// admits for a resource therefore run one at a time, in non-decreasing
+// token order, and after a write (or [Guard.Claim]) with token t returns,
+// no write with a token older than t is admitted by any Guard sharing the
+// store.
+//
+// [MemoryStore] keeps marks in one process; they are lost on restart.
+// [EtcdStore] keeps them in etcd, shared by every replica that uses the
+// same prefix, and advances them with a compare-and-swap Txn, so the mark
+// itself never goes backwards.
+//
+// # The window between replicas
+//
+// The check is not atomic with a write that lands somewhere else. With
+// replicas sharing an EtcdStore, replica R1 may advance the mark to 5 and
+// start its write while replica R2 advances it to 7 and finishes its own
+// write; R1's write with token 5 then lands after token 7's. The window of
+// a write is from the commit of its mark check in etcd to the end of its
+// write callback (or handler); a stale write can land after a newer one
+// only if it was admitted before the newer token advanced the mark and was
+// still running. Claim does not close it across replicas either: it waits
+// for the in-flight writes of its own Guard only. The window closes when
+// the check is atomic with the write:
+//
+//   - one Guard per resource: route every write of a resource to one
+//     replica (or one process); then MemoryStore or EtcdStore is exact;
+//   - the mark next to the data, checked in the same transaction: package
+//     sqlguard keeps the mark in a row of the same database and checks and
+//     advances it in the same SQL transaction as the write, so the
+//     database's row lock orders them;
+//   - data in the same etcd cluster: make the data's Txn also compare the
+//     mark key (see [EtcdStore.Key]) with the token.
+//
+// # What guard does not do
+//
+//   - It does not stop writes that bypass it: a resource is fenced only
+//     where every writer goes through a Guard (or sqlguard).
+//   - It orders writes per resource only; a request touching several
+//     resources is not atomic across them.
+//   - It does not detect the same request applied twice (use an
+//     idempotency key) nor whether the writer saw the latest state (use
+//     an ETag or version compare); a new holder that reads before it
+//     writes should call Claim first, so an old holder cannot write between
+//     its read and its write.
+//   - Work a handler leaves running after it returns is not fenced.
+//   - Marks are only as durable as their store; restoring etcd from a
+//     snapshot without --bump-revision can re-issue old revisions.
+//   - A write refused at the resource does not stop the stale holder's
+//     other side effects; it must watch its lease (lease.Lease.Done).
+//
+// # Observability
+//
+// Every decision is reported to hooks ([WithHook]) as an [Event] with an
+// [Outcome] (accepted, stale, wrong_lock, missing, malformed, failed), and
+// logged through [WithLogger] (discarded by default) with the resource, a
+// hash of the lock name ([LockHash]) and token and mark revisions. Owner
+// tokens never reach this package.
+package guard

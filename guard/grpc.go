@@ -1,0 +1,157 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/fencekit/fencekit/fence"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// The gRPC codes the interceptors answer with. Stale and wrong-lock tokens
+// both get CodeRejected, codes.Aborted: its official description names
+// "a sequencer check failure", and it tells the client to retry at a
+// higher level, that is, to acquire the lock again, not to resend.
+const (
+	// CodeRejected answers a stale or wrong-lock token.
+	CodeRejected = codes.Aborted
+	// CodeMissing answers a fenced call without a token.
+	CodeMissing = codes.InvalidArgument
+	// CodeMalformed answers a token that is not valid.
+	CodeMalformed = codes.InvalidArgument
+)
+
+// The reasons in the google.rpc.ErrorInfo detail of the interceptors'
+// refusals, whose Domain is ErrorDomain. Its metadata holds "resource",
+// "lock", and when known "token" (text form), "token_revision" and
+// "mark_revision".
+const (
+	ErrorDomain     = "github.com/fencekit/fencekit/guard"
+	ReasonStale     = "STALE_FENCING_TOKEN"
+	ReasonWrongLock = "WRONG_LOCK_FENCING_TOKEN"
+	ReasonMissing   = "MISSING_FENCING_TOKEN"
+	ReasonMalformed = "MALFORMED_FENCING_TOKEN"
+)
+
+// RPCRouteFunc maps a gRPC call to the Target it writes. req is the
+// request message of a unary call and nil for a stream. It returns false
+// for a call that is not fenced, which runs unchecked.
+type RPCRouteFunc func(ctx context.Context, fullMethod string, req any) (Target, bool)
+
+// UnaryServerInterceptor returns a gRPC server interceptor that fences the
+// calls route maps to a Target, with the rule of Middleware: it reads the
+// token from MetadataKey and runs the handler through Do, with the token in
+// its context. Refusals are status errors carrying an ErrorInfo detail:
+// stale or wrong lock gives CodeRejected (codes.Aborted), a missing or
+// malformed token codes.InvalidArgument, a store failure
+// codes.Unavailable. Calls route declines run unchecked, with a valid
+// token, if sent, in their context.
+func (g *Guard) UnaryServerInterceptor(route RPCRouteFunc) (grpc.UnaryServerInterceptor, error) {
+	if route == nil {
+		return nil, errors.New("guard: nil route func")
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		tgt, ok := route(ctx, info.FullMethod, req)
+		var resp any
+		err := g.serveRPC(ctx, tgt, ok, func(ctx context.Context) error {
+			var herr error
+			resp, herr = handler(ctx, req)
+			return herr
+		})
+		return resp, err
+	}, nil
+}
+
+// StreamServerInterceptor is the streaming form of UnaryServerInterceptor.
+// The token is checked once, when the stream starts, and the resource is
+// held until the handler returns: a long stream keeps other writers of
+// the resource waiting.
+func (g *Guard) StreamServerInterceptor(route RPCRouteFunc) (grpc.StreamServerInterceptor, error) {
+	if route == nil {
+		return nil, errors.New("guard: nil route func")
+	}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		tgt, ok := route(ss.Context(), info.FullMethod, nil)
+		return g.serveRPC(ss.Context(), tgt, ok, func(ctx context.Context) error {
+			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+		})
+	}, nil
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (g *Guard) serveRPC(ctx context.Context, tgt Target, fenced bool, handle func(context.Context) error) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	t, err := TokenFromMetadata(md)
+	if !fenced {
+		if err == nil {
+			ctx = fence.NewContext(ctx, t)
+		}
+		return handle(ctx)
+	}
+	if err != nil {
+		ev := Event{Outcome: Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Err: err}
+		if errors.Is(err, ErrMissing) {
+			ev.Outcome = Missing
+		}
+		g.observe(ctx, ev)
+		return rpcStatus(tgt, t, err)
+	}
+	ran, err := g.do(ctx, tgt, t, handle)
+	if ran {
+		return err
+	}
+	return rpcStatus(tgt, t, err)
+}
+
+// rpcStatus turns a refusal of t for tgt into a status error.
+func rpcStatus(tgt Target, t fence.Token, err error) error {
+	info := &errdetails.ErrorInfo{Domain: ErrorDomain, Metadata: map[string]string{
+		"resource": tgt.Resource,
+		"lock":     tgt.Lock,
+	}}
+	if !t.IsZero() {
+		info.Metadata["token"] = t.String()
+		info.Metadata["token_revision"] = strconv.FormatInt(t.Revision, 10)
+	}
+	var code codes.Code
+	var rej *RejectedError
+	switch {
+	case errors.As(err, &rej):
+		code = CodeRejected
+		info.Reason = ReasonStale
+		if errors.Is(err, fence.ErrWrongLock) {
+			info.Reason = ReasonWrongLock
+		}
+		if !rej.Mark.IsZero() {
+			info.Metadata["mark_revision"] = strconv.FormatInt(rej.Mark.Revision, 10)
+		}
+	case errors.Is(err, ErrMissing):
+		code, info.Reason = CodeMissing, ReasonMissing
+		err = fmt.Errorf("%w: send it as gRPC metadata %q", err, MetadataKey)
+	case errors.Is(err, ErrMalformed):
+		code, info.Reason = CodeMalformed, ReasonMalformed
+	case errors.Is(err, ErrInvalidTarget):
+		return status.Error(codes.Internal, "guard: invalid target")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	default:
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	st, derr := status.New(code, err.Error()).WithDetails(info)
+	if derr != nil {
+		return status.Error(code, err.Error())
+	}
+	return st.Err()
+}

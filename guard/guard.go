@@ -1,0 +1,399 @@
+package guard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+var (
+	// ErrMissing reports a fenced request that carried no fencing token.
+	ErrMissing = errors.New("guard: missing fencing token")
+	// ErrMalformed reports a fencing token that cannot be used: text that
+	// is not a token's canonical form, more than one token in one request,
+	// or a token no acquisition can have made (revision <= 0, empty lock
+	// name). Errors matching it also match fence.ErrSyntax or
+	// fence.ErrInvalid.
+	ErrMalformed = errors.New("guard: malformed fencing token")
+	// ErrRejected reports a token that a resource refused: older than the
+	// resource's mark, or for a different lock. Errors matching it are
+	// *RejectedError and also match fence.ErrStale or fence.ErrWrongLock.
+	ErrRejected = errors.New("guard: fencing token rejected")
+	// ErrInvalidTarget reports a Target with an empty resource or lock
+	// name, or a lock name longer than fence.MaxNameLen.
+	ErrInvalidTarget = errors.New("guard: invalid target")
+)
+
+// RejectedError is the error for a token that a resource refused.
+type RejectedError struct {
+	// Resource is the resource that refused the token.
+	Resource string
+	// Token is the token that was refused.
+	Token fence.Token
+	// Mark is the resource's mark when the token was refused: the highest
+	// token it had accepted. It is zero when the token was refused for
+	// naming another lock than the Target's before the mark was read.
+	Mark fence.Token
+	// Err says why: a *fence.StaleError or a *fence.WrongLockError.
+	Err error
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("guard: resource %q refused token: %v", e.Resource, e.Err)
+}
+
+// Is reports whether target is ErrRejected.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// Unwrap returns e.Err, so errors.Is(err, fence.ErrStale) and
+// errors.Is(err, fence.ErrWrongLock) tell the two reasons apart.
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// Target names a protected resource and the lock whose holders may write it.
+type Target struct {
+	// Resource names the resource; its mark is kept under this name.
+	Resource string
+	// Lock is the name of the lock bound to the resource. A token for any
+	// other lock is refused, whatever its revision.
+	Lock string
+}
+
+func (t Target) validate() error {
+	switch {
+	case t.Resource == "":
+		return fmt.Errorf("%w: empty resource name", ErrInvalidTarget)
+	case t.Lock == "":
+		return fmt.Errorf("%w: resource %q: empty lock name", ErrInvalidTarget, t.Resource)
+	case len(t.Lock) > fence.MaxNameLen:
+		return fmt.Errorf("%w: resource %q: lock name longer than %d bytes", ErrInvalidTarget, t.Resource, fence.MaxNameLen)
+	}
+	return nil
+}
+
+// Outcome is what a Guard decided about one token.
+type Outcome int
+
+// The outcomes reported to hooks and logs.
+const (
+	// Accepted: the token was equal to or newer than the mark.
+	Accepted Outcome = iota + 1
+	// Stale: the token was older than the mark.
+	Stale
+	// WrongLock: the token was for another lock than the resource's.
+	WrongLock
+	// Missing: a fenced request carried no token.
+	Missing
+	// Malformed: the token could not be parsed or was invalid.
+	Malformed
+	// Failed: no decision was made; the store failed, the Target was
+	// invalid, or the context ended while waiting for the resource.
+	Failed
+)
+
+// String returns the outcome's name as used in logs: "accepted", "stale",
+// "wrong_lock", "missing", "malformed" or "failed".
+func (o Outcome) String() string {
+	switch o {
+	case Accepted:
+		return "accepted"
+	case Stale:
+		return "stale"
+	case WrongLock:
+		return "wrong_lock"
+	case Missing:
+		return "missing"
+	case Malformed:
+		return "malformed"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Event describes one decision, for hooks (see WithHook).
+type Event struct {
+	// Outcome is the decision.
+	Outcome Outcome
+	// Resource and Lock are the Target the token was checked against.
+	Resource, Lock string
+	// Token is the token received; zero when it was missing or could not
+	// be parsed.
+	Token fence.Token
+	// Mark is the resource's mark after the decision, when known.
+	Mark fence.Token
+	// Err is nil when the token was accepted and says why otherwise.
+	Err error
+}
+
+// Option configures a Guard.
+type Option interface {
+	apply(*config) error
+}
+
+type config struct {
+	logger *slog.Logger
+	hooks  []func(context.Context, Event)
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// WithLogger makes the Guard log every decision to l: rejections, missing
+// and malformed tokens at Warn, store failures at Error, acceptances at
+// Debug. Records carry the outcome, the resource, a hash of the lock name
+// (see LockHash) and token and mark revisions; never an owner token. By
+// default nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return errors.New("guard: nil logger")
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// WithHook makes the Guard call f with every decision, for metrics. f is
+// called synchronously, before an accepted write runs and while the
+// resource is held, so it must be quick and must not call the Guard. The
+// option may be given more than once; hooks run in order.
+func WithHook(f func(ctx context.Context, e Event)) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return errors.New("guard: nil hook")
+		}
+		c.hooks = append(c.hooks, f)
+		return nil
+	})
+}
+
+// Guard enforces the fencing rule for a set of resources whose marks are
+// kept in one Store. For each resource it serialises the check of a token
+// and the write that token admits, so that the writes a Guard admits for a
+// resource run one at a time and never go backwards in token.
+//
+// A Guard is safe for concurrent use.
+type Guard struct {
+	store Store
+	log   *slog.Logger
+	hooks []func(context.Context, Event)
+
+	mu    sync.Mutex
+	locks map[string]*resLock
+}
+
+// resLock is a per-resource mutex that a waiter can abandon when its
+// context ends. refs counts holders and waiters; the entry is dropped when
+// it reaches zero.
+type resLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// New returns a Guard keeping marks in store.
+func New(store Store, opts ...Option) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("guard: nil store")
+	}
+	var cfg config
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("guard: nil option")
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	return &Guard{store: store, log: cfg.logger, hooks: cfg.hooks, locks: map[string]*resLock{}}, nil
+}
+
+// Do runs write if t may write the Target's resource, and returns its
+// error. t may write when it is valid, names the Target's lock, and is
+// equal to or newer than the resource's mark; the mark is then raised to t
+// before write runs. The check and write are one step for this Guard: no
+// other Do or Claim of the resource by this Guard runs until write returns.
+// write receives ctx carrying t (fence.NewContext), and must finish its
+// effects before it returns.
+//
+// Otherwise Do does not call write and returns an error matching
+// ErrRejected (stale or wrong lock), ErrMalformed (t invalid, for example
+// a revision <= 0), ErrInvalidTarget, ctx.Err() when ctx ends while
+// waiting for the resource, or a store error. When write fails the mark
+// stays advanced: the holder of t remains entitled to the resource.
+//
+// Do panics if write is nil.
+func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		panic("guard: Do with nil write")
+	}
+	_, err := g.do(ctx, tgt, t, write)
+	return err
+}
+
+// do is Do, reporting whether write ran, so that callers can tell write's
+// errors from the Guard's.
+func (g *Guard) do(ctx context.Context, tgt Target, t fence.Token, write func(context.Context) error) (ran bool, err error) {
+	if err := tgt.validate(); err != nil {
+		g.observe(ctx, Event{Outcome: Failed, Resource: tgt.Resource, Lock: tgt.Lock, Token: t, Err: err})
+		return false, err
+	}
+	unlock, err := g.lock(ctx, tgt.Resource)
+	if err != nil {
+		g.observe(ctx, Event{Outcome: Failed, Resource: tgt.Resource, Lock: tgt.Lock, Token: t, Err: err})
+		return false, err
+	}
+	defer unlock()
+	if err := g.admit(ctx, tgt, t); err != nil {
+		return false, err
+	}
+	return true, write(fence.NewContext(ctx, t))
+}
+
+// Claim advances the marks of resources to t, all bound to t's lock,
+// before the holder of t reads them: the promise step of HDFS's newEpoch.
+// Once Claim returns nil, this Guard has no write in progress under an
+// older token for any of the resources, and will admit none; so state the
+// holder reads afterwards cannot be overwritten by an earlier holder
+// through this Guard. See the package documentation for replicas sharing
+// an EtcdStore.
+//
+// Resources are claimed one at a time, in sorted order. Claim stops at the
+// first failure and returns its error (as Do would); resources claimed
+// before it stay claimed.
+func (g *Guard) Claim(ctx context.Context, t fence.Token, resources ...string) error {
+	rs := slices.Clone(resources)
+	slices.Sort(rs)
+	rs = slices.Compact(rs)
+	for _, r := range rs {
+		tgt := Target{Resource: r, Lock: t.Lock}
+		if _, err := g.do(ctx, tgt, t, func(context.Context) error { return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Mark returns the resource's mark: the highest token accepted for it, or
+// the zero Token when none was.
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) {
+	return g.store.Mark(ctx, resource)
+}
+
+// admit checks t against tgt and the store, advancing the mark, and
+// reports the outcome. The caller holds the resource.
+func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) error {
+	ev := Event{Resource: tgt.Resource, Lock: tgt.Lock, Token: t}
+	if err := t.Validate(); err != nil {
+		ev.Outcome, ev.Err = Malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
+		g.observe(ctx, ev)
+		return ev.Err
+	}
+	if t.Lock != tgt.Lock {
+		ev.Outcome = WrongLock
+		ev.Err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
+		g.observe(ctx, ev)
+		return ev.Err
+	}
+	mark, err := g.store.Advance(ctx, tgt.Resource, t)
+	ev.Mark = mark
+	switch {
+	case err == nil:
+		ev.Outcome = Accepted
+	case errors.Is(err, fence.ErrStale):
+		ev.Outcome, ev.Err = Stale, &RejectedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+	case errors.Is(err, fence.ErrWrongLock):
+		ev.Outcome, ev.Err = WrongLock, &RejectedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+	default:
+		ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: advance mark of %q: %w", tgt.Resource, err)
+	}
+	g.observe(ctx, ev)
+	return ev.Err
+}
+
+// lock takes the resource's in-process mutex, giving up when ctx ends.
+func (g *Guard) lock(ctx context.Context, resource string) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	l := g.locks[resource]
+	if l == nil {
+		l = &resLock{ch: make(chan struct{}, 1)}
+		g.locks[resource] = l
+	}
+	l.refs++
+	g.mu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+		return func() {
+			<-l.ch
+			g.release(resource, l)
+		}, nil
+	case <-ctx.Done():
+		g.release(resource, l)
+		return nil, ctx.Err()
+	}
+}
+
+func (g *Guard) release(resource string, l *resLock) {
+	g.mu.Lock()
+	l.refs--
+	if l.refs == 0 {
+		delete(g.locks, resource)
+	}
+	g.mu.Unlock()
+}
+
+// LockHash returns the digest of a lock name that guard logs carry instead
+// of the name: the first 16 hex digits of its SHA-256.
+func LockHash(lock string) string {
+	sum := sha256.Sum256([]byte(lock))
+	return hex.EncodeToString(sum[:8])
+}
+
+func (g *Guard) observe(ctx context.Context, e Event) {
+	for _, h := range g.hooks {
+		h(ctx, e)
+	}
+	level, msg := slog.LevelWarn, "guard: fencing token refused"
+	switch e.Outcome {
+	case Accepted:
+		level, msg = slog.LevelDebug, "guard: fencing token accepted"
+	case Missing:
+		msg = "guard: fencing token missing"
+	case Failed:
+		level, msg = slog.LevelError, "guard: fencing check failed"
+	}
+	if !g.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 7)
+	attrs = append(attrs,
+		slog.String("outcome", e.Outcome.String()),
+		slog.String("resource", e.Resource),
+		slog.String("lock_hash", LockHash(e.Lock)))
+	if !e.Token.IsZero() {
+		attrs = append(attrs, slog.Int64("token_rev", e.Token.Revision))
+		if e.Token.Lock != e.Lock {
+			attrs = append(attrs, slog.String("token_lock_hash", LockHash(e.Token.Lock)))
+		}
+	}
+	if !e.Mark.IsZero() {
+		attrs = append(attrs, slog.Int64("mark_rev", e.Mark.Revision))
+	}
+	if e.Outcome == Failed && e.Err != nil {
+		attrs = append(attrs, slog.String("err", e.Err.Error()))
+	}
+	g.log.LogAttrs(ctx, level, msg, attrs...)
+}
