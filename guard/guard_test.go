@@ -1,0 +1,423 @@
+package guard_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+)
+
+func tok(lock string, rev int64) fence.Token { return fence.Token{Lock: lock, Revision: rev} }
+
+func newGuard(t *testing.T, opts ...guard.Option) *guard.Guard {
+	t.Helper()
+	g, err := guard.New(guard.NewMemoryStore(), opts...)
+	if err != nil {
+		t.Fatalf("guard.New: %v", err)
+	}
+	return g
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := guard.New(nil); err == nil {
+		t.Error("New(nil store): got nil error")
+	}
+	if _, err := guard.New(guard.NewMemoryStore(), nil); err == nil {
+		t.Error("New with nil option: got nil error")
+	}
+	if _, err := guard.New(guard.NewMemoryStore(), guard.WithLogger(nil)); err == nil {
+		t.Error("WithLogger(nil): got nil error")
+	}
+	if _, err := guard.New(guard.NewMemoryStore(), guard.WithHook(nil)); err == nil {
+		t.Error("WithHook(nil): got nil error")
+	}
+	g := newGuard(t)
+	if _, err := g.Middleware(nil); err == nil {
+		t.Error("Middleware(nil): got nil error")
+	}
+	if _, err := g.Middleware(func(*http.Request) (guard.Target, bool) { return guard.Target{}, false }, guard.WithUnfencedMethods("")); err == nil {
+		t.Error("WithUnfencedMethods(\"\"): got nil error")
+	}
+	if _, err := g.UnaryServerInterceptor(nil); err == nil {
+		t.Error("UnaryServerInterceptor(nil): got nil error")
+	}
+	if _, err := g.StreamServerInterceptor(nil); err == nil {
+		t.Error("StreamServerInterceptor(nil): got nil error")
+	}
+}
+
+// TestDoRule walks one resource through every case of the rule.
+func TestDoRule(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t)
+	tgt := guard.Target{Resource: "orders/1", Lock: "orders"}
+	var applied []fence.Token
+	write := func(ctx context.Context) error {
+		got, ok := fence.FromContext(ctx)
+		if !ok {
+			return errors.New("write ctx carries no token")
+		}
+		applied = append(applied, got)
+		return nil
+	}
+	steps := []struct {
+		name    string
+		token   fence.Token
+		wantErr []error // every one must match; nil means accepted
+		mark    int64   // mark afterwards
+	}{
+		{"first", tok("orders", 5), nil, 5},
+		{"equal", tok("orders", 5), nil, 5},
+		{"newer", tok("orders", 9), nil, 9},
+		{"older", tok("orders", 7), []error{guard.ErrRejected, fence.ErrStale}, 9},
+		{"wrong lock, higher revision", tok("payments", 100), []error{guard.ErrRejected, fence.ErrWrongLock}, 9},
+		{"revision zero", tok("orders", 0), []error{guard.ErrMalformed, fence.ErrInvalid}, 9},
+		{"negative revision", tok("orders", -4), []error{guard.ErrMalformed, fence.ErrInvalid}, 9},
+		{"zero token", fence.Token{}, []error{guard.ErrMalformed, fence.ErrInvalid}, 9},
+		{"equal again", tok("orders", 9), nil, 9},
+	}
+	var wantApplied []fence.Token
+	for _, s := range steps {
+		err := g.Do(ctx, tgt, s.token, write)
+		if s.wantErr == nil {
+			if err != nil {
+				t.Errorf("%s: Do(%v) = %v, want nil", s.name, s.token, err)
+			}
+			wantApplied = append(wantApplied, s.token)
+		}
+		for _, w := range s.wantErr {
+			if !errors.Is(err, w) {
+				t.Errorf("%s: Do(%v) = %v, want an error matching %v", s.name, s.token, err, w)
+			}
+		}
+		mark, err := g.Mark(ctx, tgt.Resource)
+		if err != nil || mark != tok("orders", s.mark) {
+			t.Errorf("%s: Mark = %v, %v; want %v", s.name, mark, err, tok("orders", s.mark))
+		}
+	}
+	if !slices.Equal(applied, wantApplied) {
+		t.Errorf("applied %v, want %v", applied, wantApplied)
+	}
+
+	var rej *guard.RejectedError
+	err := g.Do(ctx, tgt, tok("orders", 3), write)
+	if !errors.As(err, &rej) {
+		t.Fatalf("Do(stale) = %v, want *RejectedError", err)
+	}
+	if rej.Resource != tgt.Resource || rej.Token != tok("orders", 3) || rej.Mark != tok("orders", 9) {
+		t.Errorf("RejectedError = %+v, want resource %q, token 3, mark 9", rej, tgt.Resource)
+	}
+}
+
+func TestDoReturnsWriteErrorAndKeepsMark(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t)
+	tgt := guard.Target{Resource: "r", Lock: "l"}
+	boom := errors.New("boom")
+	if err := g.Do(ctx, tgt, tok("l", 4), func(context.Context) error { return boom }); err != boom {
+		t.Fatalf("Do = %v, want the write's own error", err)
+	}
+	if mark, _ := g.Mark(ctx, "r"); mark != tok("l", 4) {
+		t.Errorf("mark after failed write = %v, want 4:l", mark)
+	}
+}
+
+func TestDoInvalidTarget(t *testing.T) {
+	g := newGuard(t)
+	for _, tgt := range []guard.Target{{Resource: "", Lock: "l"}, {Resource: "r", Lock: ""}, {Resource: "r", Lock: strings.Repeat("x", fence.MaxNameLen+1)}} {
+		err := g.Do(context.Background(), tgt, tok("l", 1), func(context.Context) error {
+			t.Error("write ran for an invalid target")
+			return nil
+		})
+		if !errors.Is(err, guard.ErrInvalidTarget) {
+			t.Errorf("Do(%+v) = %v, want ErrInvalidTarget", tgt, err)
+		}
+	}
+}
+
+func TestDoPanicsOnNilWrite(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Do(nil write) did not panic")
+		}
+	}()
+	newGuard(t).Do(context.Background(), guard.Target{Resource: "r", Lock: "l"}, tok("l", 1), nil)
+}
+
+// TestDoWaitsAndGivesUpOnContext checks that a write in progress holds the
+// resource, and that a waiter leaves when its context ends.
+func TestDoWaitsAndGivesUpOnContext(t *testing.T) {
+	g := newGuard(t)
+	tgt := guard.Target{Resource: "r", Lock: "l"}
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Do(context.Background(), tgt, tok("l", 1), func(context.Context) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := g.Do(ctx, tgt, tok("l", 2), func(context.Context) error {
+		t.Error("second write ran while the first held the resource")
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Do while held = %v, want context.DeadlineExceeded", err)
+	}
+	// Another resource is not blocked.
+	if err := g.Do(context.Background(), guard.Target{Resource: "other", Lock: "l"}, tok("l", 2), func(context.Context) error { return nil }); err != nil {
+		t.Errorf("Do on another resource = %v", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Errorf("first Do = %v", err)
+	}
+	if mark, _ := g.Mark(context.Background(), "r"); mark != tok("l", 1) {
+		t.Errorf("mark = %v, want 1:l (the abandoned write must not advance it)", mark)
+	}
+}
+
+// TestClaim: after a new holder claims, an old holder's write is refused,
+// and Claim waits for a write in progress under the old token.
+func TestClaim(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t)
+	a := guard.Target{Resource: "a", Lock: "jobs"}
+	if err := g.Do(ctx, a, tok("jobs", 3), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	var oldDone atomic.Bool
+	go func() {
+		g.Do(ctx, a, tok("jobs", 3), func(context.Context) error {
+			close(inside)
+			<-release
+			oldDone.Store(true)
+			return nil
+		})
+	}()
+	<-inside
+	claimed := make(chan error, 1)
+	go func() { claimed <- g.Claim(ctx, tok("jobs", 8), "b", "a", "a") }()
+	select {
+	case err := <-claimed:
+		t.Fatalf("Claim returned (%v) while an older write was in progress", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	close(release)
+	if err := <-claimed; err != nil {
+		t.Fatalf("Claim = %v", err)
+	}
+	if !oldDone.Load() {
+		t.Error("Claim returned before the older write finished")
+	}
+	for _, r := range []string{"a", "b"} {
+		if mark, _ := g.Mark(ctx, r); mark != tok("jobs", 8) {
+			t.Errorf("mark of %s = %v, want 8:jobs", r, mark)
+		}
+		err := g.Do(ctx, guard.Target{Resource: r, Lock: "jobs"}, tok("jobs", 5), func(context.Context) error {
+			t.Errorf("old holder wrote %s after Claim", r)
+			return nil
+		})
+		if !errors.Is(err, fence.ErrStale) {
+			t.Errorf("old holder's write to %s = %v, want ErrStale", r, err)
+		}
+	}
+	// A stale claim fails and says so.
+	if err := g.Claim(ctx, tok("jobs", 6), "a"); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("stale Claim = %v, want ErrStale", err)
+	}
+	if err := g.Claim(ctx, tok("jobs", 0), "a"); !errors.Is(err, guard.ErrMalformed) {
+		t.Errorf("Claim with revision 0 = %v, want ErrMalformed", err)
+	}
+}
+
+// TestObservability checks hooks and log records, and that the lock name
+// appears in logs only as its hash.
+func TestObservability(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	var events []guard.Event
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := newGuard(t, guard.WithLogger(logger), guard.WithHook(func(_ context.Context, e guard.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	const lock = "secret-lock-name"
+	tgt := guard.Target{Resource: "res-1", Lock: lock}
+	nop := func(context.Context) error { return nil }
+	g.Do(ctx, tgt, tok(lock, 10), nop)
+	g.Do(ctx, tgt, tok(lock, 4), nop)
+	g.Do(ctx, tgt, tok("other-lock", 50), nop)
+	g.Do(ctx, tgt, tok(lock, 0), nop)
+
+	want := []guard.Outcome{guard.Accepted, guard.Stale, guard.WrongLock, guard.Malformed}
+	if len(events) != len(want) {
+		t.Fatalf("got %d events, want %d: %+v", len(events), len(want), events)
+	}
+	for i, e := range events {
+		if e.Outcome != want[i] || e.Resource != "res-1" || e.Lock != lock {
+			t.Errorf("event %d = %+v, want outcome %v for res-1", i, e, want[i])
+		}
+	}
+	if events[1].Mark != tok(lock, 10) || events[1].Token != tok(lock, 4) {
+		t.Errorf("stale event = %+v, want token 4 and mark 10", events[1])
+	}
+
+	out := buf.String()
+	if strings.Contains(out, lock) {
+		t.Errorf("log contains the lock name:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("got %d log records, want 4:\n%s", len(lines), out)
+	}
+	for _, s := range []string{`"outcome":"accepted"`, `"level":"DEBUG"`, `"token_rev":10`, `"resource":"res-1"`, `"lock_hash":"` + guard.LockHash(lock) + `"`} {
+		if !strings.Contains(lines[0], s) {
+			t.Errorf("accepted record lacks %s: %s", s, lines[0])
+		}
+	}
+	for _, s := range []string{`"outcome":"stale"`, `"level":"WARN"`, `"token_rev":4`, `"mark_rev":10`} {
+		if !strings.Contains(lines[1], s) {
+			t.Errorf("stale record lacks %s: %s", s, lines[1])
+		}
+	}
+	if !strings.Contains(lines[2], `"token_lock_hash":"`+guard.LockHash("other-lock")+`"`) {
+		t.Errorf("wrong-lock record lacks the token's lock hash: %s", lines[2])
+	}
+	if h := guard.LockHash(lock); len(h) != 16 {
+		t.Errorf("LockHash = %q, want 16 hex digits", h)
+	}
+	for o, s := range map[guard.Outcome]string{guard.Accepted: "accepted", guard.Stale: "stale", guard.WrongLock: "wrong_lock", guard.Missing: "missing", guard.Malformed: "malformed", guard.Failed: "failed"} {
+		if o.String() != s {
+			t.Errorf("Outcome(%d).String() = %q, want %q", int(o), o.String(), s)
+		}
+	}
+}
+
+// --- Concurrency: the accepted writes never go backwards in token. ---
+
+// doFunc is a fenced write: run write if rev may write the resource.
+type doFunc func(ctx context.Context, rev int64, write func(context.Context) error) error
+
+// runWriters has many goroutines write one resource through do with
+// interleaved tokens (a rising counter with jitter, so many are equal or
+// stale), and returns the tokens in the order the resource applied them.
+func runWriters(t *testing.T, do doFunc, writers, perWriter int) []int64 {
+	t.Helper()
+	var (
+		counter atomic.Int64
+		mu      sync.Mutex
+		applied []int64
+		wg      sync.WaitGroup
+	)
+	counter.Store(10)
+	for w := range writers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range perWriter {
+				rev := max(counter.Add(1)+int64(rng.IntN(7))-3, 1)
+				err := do(context.Background(), rev, func(context.Context) error {
+					// The resource's work; the token is appended when the
+					// write takes effect.
+					time.Sleep(time.Duration(rng.IntN(50)) * time.Microsecond)
+					mu.Lock()
+					applied = append(applied, rev)
+					mu.Unlock()
+					return nil
+				})
+				if err != nil && !errors.Is(err, fence.ErrStale) {
+					t.Errorf("write %d: %v", rev, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return applied
+}
+
+// backwards returns the positions in applied whose token is lower than
+// one applied before it.
+func backwards(applied []int64) []int {
+	var bad []int
+	var high int64
+	for i, rev := range applied {
+		if rev < high {
+			bad = append(bad, i)
+		}
+		high = max(high, rev)
+	}
+	return bad
+}
+
+// naiveGuard is the bug the Guard exists to prevent: it checks the mark,
+// then writes, with nothing holding the resource in between. The sleep
+// stands for the work a real service does between the two (a database
+// round trip, a GC pause) and makes the race show up reliably.
+type naiveGuard struct {
+	mu   sync.Mutex
+	mark int64
+}
+
+func (n *naiveGuard) do(ctx context.Context, rev int64, write func(context.Context) error) error {
+	n.mu.Lock()
+	mark := n.mark
+	n.mu.Unlock()
+	if rev < mark {
+		return &fence.StaleError{Token: tok("l", rev), Mark: tok("l", mark)}
+	}
+	time.Sleep(time.Millisecond)
+	n.mu.Lock()
+	n.mark = max(n.mark, rev)
+	n.mu.Unlock()
+	return write(ctx)
+}
+
+func TestConcurrentWritesNeverGoBackwards(t *testing.T) {
+	g := newGuard(t)
+	tgt := guard.Target{Resource: "counter", Lock: "l"}
+	applied := runWriters(t, func(ctx context.Context, rev int64, write func(context.Context) error) error {
+		return g.Do(ctx, tgt, tok("l", rev), write)
+	}, 16, 60)
+	if len(applied) < 100 {
+		t.Errorf("only %d writes accepted; the test exercises too little", len(applied))
+	}
+	if bad := backwards(applied); len(bad) > 0 {
+		t.Errorf("%d of %d accepted writes went backwards in token, first at %d: %v", len(bad), len(applied), bad[0], applied[max(bad[0]-3, 0):bad[0]+1])
+	}
+	t.Logf("%d writes accepted, none backwards", len(applied))
+}
+
+// TestConcurrencyCheckCatchesNaiveGuard shows the property check of
+// TestConcurrentWritesNeverGoBackwards can fail: it catches a check-then-
+// write implementation.
+func TestConcurrencyCheckCatchesNaiveGuard(t *testing.T) {
+	for attempt := 1; attempt <= 5; attempt++ {
+		var n naiveGuard
+		applied := runWriters(t, n.do, 16, 30)
+		if bad := backwards(applied); len(bad) > 0 {
+			t.Logf("attempt %d: naive guard let %d of %d writes go backwards", attempt, len(bad), len(applied))
+			return
+		}
+	}
+	t.Error("the property check never caught the naive check-then-write guard")
+}
