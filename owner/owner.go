@@ -221,3 +221,7 @@ func validInstance(s string) error {
 	}
 	return nil
 }
+
+// ProcessStart returns the time this package was initialised, which Default
+// uses as the process-start epoch.
+func ProcessStart() time.Time { return processStart }

@@ -1,0 +1,334 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/owner"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// waiter is one Acquire call between writing its record and holding the
+// lock. Its fields are guarded by mu; the Client's watch calls onDelete,
+// fail and wake.
+type waiter struct {
+	key, dir, owner string
+	tok             owner.Token
+	sess            *session
+	wakec           chan struct{} // a predecessor left: re-read the queue
+	failc           chan struct{} // closed when the waiter's own record went
+
+	mu       sync.Mutex
+	pred     string          // the record this waiter waits on; "" while reading
+	seen     map[string]bool // deletes seen while reading the queue
+	failErr  error
+	failOnce sync.Once
+}
+
+func (w *waiter) onDelete(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pred == "" {
+		w.seen[key] = true
+	} else if key == w.pred {
+		w.wake()
+	}
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.wakec <- struct{}{}:
+	default:
+	}
+}
+
+func (w *waiter) fail(err error) {
+	w.failOnce.Do(func() {
+		w.mu.Lock()
+		w.failErr = err
+		w.mu.Unlock()
+		close(w.failc)
+	})
+}
+
+func (w *waiter) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failErr
+}
+
+// reading starts a queue read: deletes are remembered until setPred.
+func (w *waiter) reading() {
+	w.mu.Lock()
+	w.pred = ""
+	w.seen = map[string]bool{}
+	w.mu.Unlock()
+}
+
+// setPred sets the record to wait on and reports whether it already left
+// during the read.
+func (w *waiter) setPred(pred string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pred = pred
+	gone := w.seen[pred]
+	w.seen = nil
+	return gone
+}
+
+// Acquire blocks until it holds the lock called name, and returns the
+// handle. Waiters are served in the order their records were written (FIFO
+// across processes). ctx bounds only the wait: once Acquire returns, the
+// lease lives until it is released or lost, whatever happens to ctx.
+//
+// On error nothing is held, and the waiter's record is deleted (in the
+// background if etcd cannot be reached now). Acquire returns ctx's error
+// when ctx ends first; ErrSessionExpired or ErrDeadline (wrapped) when the
+// Client's session ends during the wait; ErrKeyDeleted when someone deletes
+// the waiter's record; ErrClosed when the Client is closed.
+func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
+	return c.acquire(ctx, name, false)
+}
+
+// TryAcquire takes the lock called name if nobody holds or waits for it,
+// and returns an error matching ErrHeld at once otherwise, leaving nothing
+// behind. It costs one etcd transaction either way. ctx bounds the request.
+func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
+	return c.acquire(ctx, name, true)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tok := c.src.New()
+	dir := c.cfg.prefix + name + "/"
+	key := fmt.Sprintf("%s%016x-%x", dir, int64(s.id), c.seq.Add(1))
+	val := encodeValue(tok.Value(), 1)
+	w := &waiter{key: key, dir: dir, owner: tok.Value(), tok: tok, sess: s,
+		wakec: make(chan struct{}, 1), failc: make(chan struct{})}
+	if err := c.addWaiter(w); err != nil {
+		return nil, err
+	}
+	l, err := c.wait(ctx, w, val, try)
+	if err != nil {
+		c.removeWaiter(w)
+		if !errors.Is(err, ErrHeld) {
+			c.abandon(ctx, s, key, val)
+		}
+		c.log.Debug("lease acquire failed", logattr.Lock(name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
+		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
+	}
+	c.log.Info("lease acquired", logattr.Lock(name), slog.String("owner", tok.Digest()), logattr.Fence(l.rev),
+		slog.Duration("waited", l.acquired.Sub(start)))
+	return l, nil
+}
+
+func (c *Client) addWaiter(w *waiter) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	w.reading()
+	c.waiters[w.key] = w
+	if c.byDir[w.dir] == nil {
+		c.byDir[w.dir] = map[*waiter]struct{}{}
+	}
+	c.byDir[w.dir][w] = struct{}{}
+	return nil
+}
+
+func (c *Client) removeWaiter(w *waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unlinkWaiter(w)
+}
+
+func (c *Client) unlinkWaiter(w *waiter) {
+	delete(c.waiters, w.key)
+	if ws := c.byDir[w.dir]; ws != nil {
+		delete(ws, w)
+		if len(ws) == 0 {
+			delete(c.byDir, w.dir)
+		}
+	}
+}
+
+// queueOpts reads a lock's queue: record keys (no values) in the order they
+// were written.
+func queueOpts(maxRev int64) []clientv3.OpOption {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if maxRev > 0 {
+		opts = append(opts, clientv3.WithMaxCreateRev(maxRev))
+	}
+	return opts
+}
+
+// wait writes w's record and waits until it is first in its queue.
+func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Lease, error) {
+	s := w.sess
+	put := clientv3.OpPut(w.key, val, clientv3.WithLease(s.id))
+	var txn func() (*clientv3.TxnResponse, error)
+	if try {
+		// Write only if the lock has no record at all; a retry after a
+		// lost reply finds its own record first in the queue.
+		txn = func() (*clientv3.TxnResponse, error) {
+			return c.etcd.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)).
+				Then(put, clientv3.OpGet(w.dir, queueOpts(0)...)).
+				Else(clientv3.OpGet(w.dir, append(queueOpts(0), clientv3.WithLimit(1))...)).
+				Commit()
+		}
+	} else {
+		// Write the record unless a previous try already did, and read the
+		// queue in the same transaction.
+		txn = func() (*clientv3.TxnResponse, error) {
+			return c.etcd.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
+				Then(put, clientv3.OpGet(w.dir, queueOpts(0)...)).
+				Else(clientv3.OpGet(w.dir, queueOpts(0)...)).
+				Commit()
+		}
+	}
+	var queue []*mvccpb.KeyValue
+	for {
+		resp, err := txn()
+		if err == nil {
+			r := resp.Responses[len(resp.Responses)-1].GetResponseRange()
+			queue = r.Kvs
+			break
+		}
+		if err := c.retryable(ctx, s, w, err); err != nil {
+			return nil, err
+		}
+	}
+	var myRev int64
+	for {
+		pos := -1
+		for i, kv := range queue {
+			if string(kv.Key) == w.key {
+				pos, myRev = i, kv.CreateRevision
+				break
+			}
+		}
+		switch {
+		case pos == 0:
+			return c.promote(w, myRev)
+		case try:
+			return nil, ErrHeld
+		case pos < 0:
+			return nil, ErrKeyDeleted
+		}
+		if !w.setPred(string(queue[pos-1].Key)) {
+			select {
+			case <-w.wakec:
+			case <-w.failc:
+				return nil, w.failure()
+			case <-s.done:
+				return nil, s.cause(c)
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-c.ctx.Done():
+				return nil, ErrClosed
+			}
+		}
+		for {
+			w.reading()
+			resp, err := c.etcd.Get(ctx, w.dir, queueOpts(myRev)...)
+			if err == nil {
+				queue = resp.Kvs
+				break
+			}
+			if err := c.retryable(ctx, s, w, err); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// retryable decides what to do after a failed request while acquiring:
+// nil means try again (after a short pause), anything else is the error to
+// return.
+func (c *Client) retryable(ctx context.Context, s *session, w *waiter, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return ErrSessionExpired
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
+			codes.ResourceExhausted, codes.OutOfRange:
+			return err
+		}
+	}
+	select {
+	case <-time.After(25 * time.Millisecond):
+		return nil
+	case <-w.failc:
+		return w.failure()
+	case <-s.done:
+		return s.cause(c)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+}
+
+func (s *session) cause(c *Client) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.err == ErrClosed {
+		return ErrClosed
+	}
+	return fmt.Errorf("session ended while waiting: %w", s.err)
+}
+
+// promote turns the waiter into a held lease, unless its record or session
+// went meanwhile. The check and the registration happen under the Client's
+// lock, the same lock the watch dispatches under, so no loss is missed.
+func (c *Client) promote(w *waiter, rev int64) (*Lease, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unlinkWaiter(w)
+	if err := w.failure(); err != nil {
+		return nil, err
+	}
+	if w.sess.err != nil {
+		if w.sess.err == ErrClosed {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("session ended while acquiring: %w", w.sess.err)
+	}
+	l := &Lease{
+		c:        c,
+		name:     dirName(w.key),
+		key:      w.key,
+		owner:    w.tok,
+		acquired: time.Now(),
+		rev:      rev,
+		sess:     w.sess,
+		count:    1,
+		done:     make(chan struct{}),
+	}
+	c.held[w.key] = l
+	return l, nil
+}

@@ -1,0 +1,65 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+var (
+	// ErrHeld reports that TryAcquire found the lock held, or waited for,
+	// by another acquisition. Nothing was left behind.
+	ErrHeld = errors.New("lease: held by another holder")
+	// ErrNotOwner reports that the lock record now belongs to a different
+	// acquisition: this holder lost the lock and someone else holds it.
+	ErrNotOwner = errors.New("lease: not owner")
+	// ErrNotFound reports that no record of this acquisition exists: it
+	// expired, was deleted, or was already released.
+	ErrNotFound = errors.New("lease: not found")
+	// ErrLost matches every *LostError: the lease ended without its holder
+	// releasing it. The error's Cause says why.
+	ErrLost = errors.New("lease: lost")
+	// ErrReleased is the Err of a lease its holder released.
+	ErrReleased = errors.New("lease: released")
+	// ErrClosed reports that the Client was closed; it is also the Err of
+	// leases that ended because of it.
+	ErrClosed = errors.New("lease: client closed")
+	// ErrInvalidName reports a lock name that is empty, longer than
+	// MaxNameLen, not UTF-8, or holds "/" or a control character.
+	ErrInvalidName = errors.New("lease: invalid lock name")
+
+	// ErrKeyDeleted is a loss cause: the lock record was deleted by someone
+	// other than its holder (an operator, a revoke, an expiry).
+	ErrKeyDeleted = errors.New("lease: lock record deleted")
+	// ErrKeyOverwritten is a loss cause: the lock record was overwritten by
+	// someone other than its holder.
+	ErrKeyOverwritten = errors.New("lease: lock record overwritten")
+	// ErrSessionExpired is a loss cause: the Client's etcd session lease
+	// expired or was revoked, which deletes every record attached to it.
+	ErrSessionExpired = errors.New("lease: session expired or revoked")
+	// ErrDeadline is a loss cause: no renewal was confirmed in time, so the
+	// server may expire the session soon. The lease ends before that can
+	// happen, by the safety margin.
+	ErrDeadline = errors.New("lease: validity deadline passed without a confirmed renewal")
+)
+
+// LostError is the Err of a lease that ended without its holder releasing
+// it. errors.Is matches it against ErrLost and against its Cause.
+type LostError struct {
+	// Fence is the fencing token of the acquisition that was lost.
+	Fence fence.Token
+	// Cause is ErrKeyDeleted, ErrKeyOverwritten, ErrSessionExpired,
+	// ErrDeadline, ErrNotOwner or ErrNotFound.
+	Cause error
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("lease %q (fence %d) lost: %v", e.Fence.Lock, e.Fence.Revision, e.Cause)
+}
+
+// Is reports whether target is ErrLost.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+// Unwrap returns the cause.
+func (e *LostError) Unwrap() error { return e.Cause }
