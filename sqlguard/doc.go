@@ -1,0 +1,124 @@
+// Package sqlguard makes a SQL database itself refuse writes that carry a
+// stale fencing token: a holder whose lease was lost and taken over by a
+// newer holder cannot commit, even when it wakes up late with a write
+// already on the wire.
+//
+// It works through database/sql with PostgreSQL (15+, pgx/v5/stdlib),
+// MySQL 8 and MariaDB (10.11+, go-sql-driver/mysql with either
+// clientFoundRows setting) and SQLite (3.35+, modernc.org/sqlite). [Detect]
+// tells the dialects apart; [New] takes one explicitly.
+//
+// # Two modes
+//
+// Fence-table mode is the general one. A table (default "fence_tokens",
+// created by [Guard.Migrate] or the DDL from [Guard.Schema]) holds per
+// resource the highest token accepted (the mark), the lock it is bound to,
+// and a sequence number. [Guard.Fence] runs, inside the caller's
+// transaction and before its writes, one guarded statement per resource
+// that accepts a token for the mark's lock that is equal (the same holder
+// writing again) or newer, and refuses an older one ([ErrStale]) or one for
+// another lock ([ErrWrongLock]). The statement is never "SELECT, compare in
+// Go, UPDATE", which lets stale writes through under concurrency:
+//
+//	PostgreSQL, SQLite: INSERT ... ON CONFLICT (resource) DO UPDATE SET ...
+//	                    WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key
+//	MySQL, MariaDB:     INSERT ... (token 0) ON DUPLICATE KEY UPDATE resource = resource;
+//	                    UPDATE ... SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?
+//
+// Several resources are fenced in sorted order, so transactions that fence
+// overlapping sets cannot deadlock on each other. [Guard.RunTx] begins the
+// transaction, fences, runs your function and commits, retrying the whole
+// transaction with the same token on transient conflicts. [Guard.Claim]
+// lets a new holder advance its marks before it reads.
+//
+// Row-column mode ([Guard.Update], [Guard.Upsert]) keeps the fence in a
+// column of the protected row and appends "AND (fence <= token OR fence IS
+// NULL)" to your parenthesised predicate. It needs no extra table but
+// compares revisions only (no lock binding), cannot fence DELETE (use a
+// tombstone flag), and on a refusal reads the rows back to tell a stale
+// token ([ErrStale]) from a missing row ([ErrNotFound]).
+//
+// [Guard.Record] stores an idempotency key in the same transaction and
+// refuses a repeat with [ErrDuplicate]: the fencing token stops a late
+// holder, the key stops the same request from being applied twice.
+//
+// # Guarantees
+//
+// When every write to a resource runs in a transaction that first passes
+// [Guard.Fence] for it, on the same *sql.Tx (or *sql.Conn in a transaction):
+//
+//   - a transaction with token 5 cannot commit its writes after a
+//     transaction with token 7 for the same lock committed its own; the
+//     fence row's lock orders fenced transactions, and each guarded
+//     statement compares with the latest committed mark (PostgreSQL READ
+//     COMMITTED re-checks after a lock wait; InnoDB UPDATE reads the
+//     latest row; SQLite has one writer). Isolation levels that cannot
+//     compare with the latest row fail with a retryable error instead
+//     (PostgreSQL REPEATABLE READ and SERIALIZABLE: 40001; MariaDB with
+//     innodb_snapshot_isolation: 1020);
+//   - marks never go down, and an equal token is accepted again, so a
+//     transaction retried with the same token is safe for the fence;
+//   - a rolled-back transaction leaves the mark as it was: a newer holder
+//     that rolls back does not lock out the older one;
+//   - tokens are int64 and stored exactly; a token whose revision is <= 0
+//     (etcd's "no key") is refused before any SQL, never read as "no
+//     check";
+//   - names of tables and columns are plain ASCII identifiers (a letter or
+//     '_', then letters, digits or '_', at most 63 bytes, optionally
+//     "schema.table"), checked and quoted; every value is a bound
+//     parameter. Resource names and idempotency keys are 1 to 255 bytes of
+//     UTF-8 without NUL.
+//
+// # What it does not guarantee
+//
+//   - Writes that skip the fence, run on another connection (a *sql.DB
+//     outside the transaction; Fence refuses a *sql.DB for this reason) or
+//     go to another database are not protected. There is no atomicity
+//     across databases.
+//   - Rolling back to a savepoint taken before Fence undoes the advance
+//     and releases the fence row's lock while the transaction goes on:
+//     fence outside savepoints, or fence again just before COMMIT.
+//   - Fencing orders writes; it does not stop an old holder's write from
+//     landing before the new holder's first fenced transaction. Call
+//     [Guard.Claim] before reading state you are going to overwrite.
+//   - SQLite: begin write transactions with "_txlock=immediate" in the
+//     modernc DSN, or fence first. A deferred transaction that reads and
+//     then writes fails with SQLITE_BUSY_SNAPSHOT, which is retryable.
+//   - Marks are only as durable as the database: promoting an asynchronous
+//     replica can lose advances, and restoring etcd from a snapshot
+//     without --bump-revision can hand out old revisions again.
+//   - A COMMIT interrupted by a lost connection has an unknown outcome
+//     ([ErrCommitUnknown]); use [Guard.Record] to make a re-run safe.
+//   - Only modernc.org/sqlite errors are classified for SQLite; other
+//     SQLite drivers work but their busy errors are not [ErrRetryable].
+//
+// Errors are matched with errors.Is and errors.As: [*StaleError] carries the
+// resource, the refused token and the current mark; [*WrongLockError],
+// [*DuplicateError], [*RetryableError] (wrapping the driver's error) and
+// [*SchemaError] carry their details. [ErrStale] and [ErrWrongLock] are the
+// fence package's sentinels, so errors.Is(err, fence.ErrStale) holds too.
+// A cancelled context stays matchable (errors.Is(err, context.Canceled)).
+//
+// # PostgreSQL advisory locks or sqlguard?
+//
+// When the data lives in one PostgreSQL database and the critical section
+// is one transaction on it, a transaction-level advisory lock is the
+// simpler tool: "SELECT pg_advisory_xact_lock(key)" at the start of the
+// transaction serialises every transaction that takes it, and PostgreSQL
+// releases it at COMMIT or ROLLBACK, or when the session dies. There is no
+// lease to lose, so there is nothing to fence.
+//
+// sqlguard is needed when that does not hold:
+//
+//   - the lock service is not the data store: the lock is an etcd lease
+//     (for leader election, for a worker that also calls other systems)
+//     and the database only sees its writes;
+//   - the critical section is long or spans several transactions or
+//     systems, so it cannot sit inside one database transaction, and a
+//     holder may stall past its lease between them;
+//   - connection poolers in transaction mode (PgBouncer) make
+//     session-level advisory locks unsafe, and a transaction-level lock
+//     cannot outlive one transaction;
+//   - the database is MySQL, MariaDB or SQLite, or several databases are
+//     written under one lock.
+package sqlguard

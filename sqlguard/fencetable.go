@@ -1,0 +1,263 @@
+package sqlguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Mark is a resource's row in the fence table.
+type Mark struct {
+	// Resource is the resource's name.
+	Resource string
+	// Token is the highest token accepted for the resource; its Lock is the
+	// lock the resource is bound to.
+	Token fence.Token
+	// Seq counts accepted fence statements. It grows by one with every
+	// accepted Fence, so it orders the transactions that passed the fence
+	// in commit order.
+	Seq int64
+}
+
+// Fence advances the marks of resources to tok inside the caller's
+// transaction q, or refuses. It must run in the same transaction as the
+// writes it protects, before them (best: as the transaction's first
+// statement, and never inside a savepoint that may be rolled back).
+//
+// For each resource, in sorted order with duplicates removed (so that
+// transactions fencing overlapping sets cannot deadlock), one guarded
+// statement accepts tok when the resource has no mark yet, when tok is for
+// the mark's lock and tok.Revision >= the mark's revision (equal is the same
+// holder writing again). It then holds the mark's row lock until the
+// transaction ends, so no other fenced transaction on the resource can
+// commit in between.
+//
+// Errors, after which the caller must roll back q:
+//   - *StaleError (ErrStale, fence.ErrStale) when a mark is newer than tok;
+//   - *WrongLockError (ErrWrongLock) when a mark is bound to another lock;
+//   - *RetryableError (ErrRetryable) on a transient conflict: roll back and
+//     run the whole transaction again with the same token (see RunTx);
+//   - ErrInvalid (and fence.ErrInvalid for the token) before any SQL, for an
+//     invalid token, no resources, or a bad resource name;
+//   - ErrNeedTx when q is a *sql.DB;
+//   - the context's error (matchable with errors.Is) when ctx ends, for
+//     example during a lock wait; database/sql then rolls back a
+//     transaction begun with that context.
+func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
+	rs, err := canonical(tok, resources)
+	if err != nil {
+		return err
+	}
+	if err := needTx(q, "fence"); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if err := g.fenceOne(ctx, q, tok, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// canonical validates the inputs and returns the resources sorted and
+// without duplicates.
+func canonical(tok fence.Token, resources []string) ([]string, error) {
+	if err := validToken(tok); err != nil {
+		return nil, err
+	}
+	if len(resources) == 0 {
+		return nil, fmt.Errorf("%w: no resources to fence", ErrInvalid)
+	}
+	for _, r := range resources {
+		if err := validText("resource name", r, MaxResourceLen); err != nil {
+			return nil, err
+		}
+	}
+	rs := slices.Clone(resources)
+	slices.Sort(rs)
+	return slices.Compact(rs), nil
+}
+
+func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource string) error {
+	var res sql.Result
+	var err error
+	switch g.d {
+	case PostgreSQL, SQLite:
+		// One statement: insert the mark, or advance it only when the
+		// stored token is not newer and the lock matches. The conflicting
+		// row is locked even when the WHERE is false.
+		res, err = q.ExecContext(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq) VALUES (`+
+			g.ph(1)+", "+g.ph(2)+", "+g.ph(3)+`, 1) ON CONFLICT (resource) DO UPDATE SET token = excluded.token, seq = f.seq + 1 `+
+			`WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key`,
+			resource, tok.Lock, tok.Revision)
+	case MySQL, MariaDB:
+		// ON DUPLICATE KEY UPDATE has no WHERE, so make sure the row
+		// exists (token 0 is below every valid token), then run the guarded
+		// UPDATE. seq always changes, so the affected count is 1 for an
+		// accepted token whatever clientFoundRows says.
+		_, err = q.ExecContext(ctx, "INSERT INTO "+g.table+
+			" (resource, lock_key, token, seq) VALUES (?, ?, 0, 0) ON DUPLICATE KEY UPDATE resource = resource",
+			resource, tok.Lock)
+		if err != nil {
+			return g.wrapErr(ctx, "fence "+fmt.Sprintf("%q", resource), err)
+		}
+		res, err = q.ExecContext(ctx, "UPDATE "+g.table+
+			" SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?",
+			tok.Revision, resource, tok.Lock, tok.Revision)
+	}
+	if err != nil {
+		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
+	}
+	if n == 1 {
+		return nil
+	}
+	// Refused: say why. The guarded statement left the row locked, and a
+	// locking read returns the latest committed row, not a snapshot.
+	m, err := g.readMark(ctx, q, resource, true)
+	if err != nil {
+		return err
+	}
+	switch {
+	case m.Token.Lock != tok.Lock:
+		return &WrongLockError{Resource: resource, Token: tok, Want: m.Token.Lock}
+	case m.Token.Revision > tok.Revision:
+		return &StaleError{Resource: resource, Token: tok, Current: m.Token}
+	}
+	// Cannot happen while the row is locked; treat it as a conflict.
+	return &RetryableError{Err: fmt.Errorf("fence %q: refused, but the mark %d allows %d", resource, m.Token.Revision, tok.Revision)}
+}
+
+// Mark returns resource's mark, or an error matching ErrNotFound when no
+// token was ever accepted for it. It is a plain read: inside a transaction
+// after Fence it shows that transaction's own advance; elsewhere it may be
+// out of date as soon as it returns. Use it for display and tests, never to
+// decide whether to write.
+func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error) {
+	if err := validText("resource name", resource, MaxResourceLen); err != nil {
+		return Mark{}, err
+	}
+	if q == nil {
+		return Mark{}, fmt.Errorf("%w: mark: nil DBTX", ErrInvalid)
+	}
+	return g.readMark(ctx, q, resource, false)
+}
+
+func (g *Guard) readMark(ctx context.Context, q DBTX, resource string, locking bool) (Mark, error) {
+	query := "SELECT lock_key, token, seq FROM " + g.table + " WHERE resource = " + g.ph(1)
+	if locking {
+		query += g.lockingRead()
+	}
+	m := Mark{Resource: resource}
+	err := q.QueryRowContext(ctx, query, resource).Scan(&m.Token.Lock, &m.Token.Revision, &m.Seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Mark{}, fmt.Errorf("%w: no mark for resource %q", ErrNotFound, resource)
+	case err != nil:
+		return Mark{}, g.wrapErr(ctx, fmt.Sprintf("read mark %q", resource), err)
+	}
+	return m, nil
+}
+
+// Claim advances the marks of resources to tok in a transaction of its own
+// and commits it. A new holder calls Claim before it reads the state it
+// will change: from then on a late write of the previous holder is refused,
+// so it cannot land between the new holder's read and its write. (Fencing
+// alone admits an old holder's write until the new holder's first fenced
+// transaction commits.) Claim retries retryable conflicts like RunTx and
+// returns the same errors as Fence.
+func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resources ...string) error {
+	if len(resources) == 0 {
+		return fmt.Errorf("%w: no resources to claim", ErrInvalid)
+	}
+	return g.RunTx(ctx, db, nil, tok, resources, nil)
+}
+
+// RunTx runs fn in a transaction that is fenced first: it begins a
+// transaction on db with opts, calls Fence(tok, resources...), then fn, then
+// commits. resources may be empty, for a transaction that only uses
+// row-column mode. fn may be nil.
+//
+// When any step fails with an error that Classify marks retryable, RunTx
+// rolls back, waits a short random backoff and runs the whole transaction
+// again with the same token, up to WithMaxAttempts times. That is safe for
+// the fence: the same token is accepted again, or refused as stale if a
+// newer holder got in first. fn must therefore be safe to run more than once
+// (do not send e-mail from it). Any other error rolls back and is returned
+// as is: *StaleError, *WrongLockError, *DuplicateError, fn's own errors,
+// and the context's error. A COMMIT that fails without an error code from
+// the database returns an error matching ErrCommitUnknown: it may have
+// committed.
+func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
+	fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if len(resources) > 0 {
+		if _, err := canonical(tok, resources); err != nil {
+			return err
+		}
+	} else if err := validToken(tok); err != nil {
+		return err
+	}
+	if db == nil {
+		return fmt.Errorf("%w: run tx: nil Beginner", ErrInvalid)
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = g.runOnce(ctx, db, opts, tok, resources, fn)
+		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
+			return err
+		}
+		// Full jitter, growing from 2ms to at most ~100ms.
+		backoff := time.Duration(rand.Int64N(int64(min(2<<attempt, 100)) * int64(time.Millisecond)))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
+	fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return g.wrapErr(ctx, "begin", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback() // the error that matters is err
+		}
+	}()
+	if len(resources) > 0 {
+		if err := g.Fence(ctx, tx, tok, resources...); err != nil {
+			return err
+		}
+	}
+	if fn != nil {
+		if err := fn(ctx, tx); err != nil {
+			return ctxErr(ctx, g.Classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		if errors.Is(err, ErrRetryable) || g.retryable(err) {
+			return g.wrapErr(ctx, "commit", err)
+		}
+		if serverError(err) || errors.Is(err, sql.ErrTxDone) {
+			// The database refused the commit, or the transaction had
+			// already ended (rolled back when ctx was cancelled).
+			return fmt.Errorf("sqlguard: commit: %w", ctxErr(ctx, err))
+		}
+		return fmt.Errorf("sqlguard: commit: %w", errors.Join(ErrCommitUnknown, ctxErr(ctx, err)))
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+package sqlguard_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/sqlguard"
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
+)
+
+// Environment variables naming the test databases.
+const (
+	envPG      = "FENCEKIT_PG_DSN"    // e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+	envMySQL   = "FENCEKIT_MYSQL_DSN" // e.g. root@tcp(127.0.0.1:3306)/test
+	envRequire = "FENCEKIT_REQUIRE_DB"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// backend is one database configuration every test runs against.
+type backend struct {
+	name string
+	// open returns a fresh *sql.DB, closed on cleanup, or skips/fails.
+	open func(t *testing.T) *sql.DB
+	// deferred opens SQLite without _txlock=immediate (nil elsewhere).
+	deferred func(t *testing.T) *sql.DB
+}
+
+func backends() []backend {
+	return []backend{
+		{name: "sqlite", open: func(t *testing.T) *sql.DB { return openSQLite(t, true) },
+			deferred: func(t *testing.T) *sql.DB { return openSQLite(t, false) }},
+		{name: "postgres", open: openPG},
+		{name: "mysql-foundrows=false", open: func(t *testing.T) *sql.DB { return openMySQL(t, false) }},
+		{name: "mysql-foundrows=true", open: func(t *testing.T) *sql.DB { return openMySQL(t, true) }},
+	}
+}
+
+// sqliteFiles maps a test to its database file, so that the two opens of
+// one test (immediate and deferred) share it.
+func sqliteDSN(t *testing.T, immediate bool) string {
+	path := filepath.Join(sqliteDir(t), "test.db")
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+	if immediate {
+		dsn += "&_txlock=immediate"
+	}
+	return dsn
+}
+
+var sqliteDirs = map[string]string{}
+
+func sqliteDir(t *testing.T) string {
+	if d, ok := sqliteDirs[t.Name()]; ok {
+		return d
+	}
+	d := t.TempDir()
+	sqliteDirs[t.Name()] = d
+	t.Cleanup(func() { delete(sqliteDirs, t.Name()) })
+	return d
+}
+
+func openSQLite(t *testing.T, immediate bool) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", sqliteDSN(t, immediate))
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func dsnOrSkip(t *testing.T, env string) string {
+	t.Helper()
+	dsn := os.Getenv(env)
+	if dsn == "" {
+		if os.Getenv(envRequire) == "1" {
+			t.Fatalf("%s is not set and %s=1", env, envRequire)
+		}
+		t.Skipf("%s not set; set it to run against a real database (and %s=1 to make that mandatory)", env, envRequire)
+	}
+	return dsn
+}
+
+func ping(t *testing.T, db *sql.DB, env string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		if os.Getenv(envRequire) == "1" {
+			t.Fatalf("%s unreachable: %v", env, err)
+		}
+		t.Skipf("%s unreachable: %v", env, err)
+	}
+	t.Cleanup(func() { db.Close() })
+}
+
+func openPG(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsnOrSkip(t, envPG))
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	ping(t, db, envPG)
+	return db
+}
+
+func openMySQL(t *testing.T, foundRows bool) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsnOrSkip(t, envMySQL))
+	if err != nil {
+		t.Fatalf("parse %s: %v", envMySQL, err)
+	}
+	cfg.ClientFoundRows = foundRows
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("open mysql: %v", err)
+	}
+	ping(t, db, envMySQL)
+	return db
+}
+
+// env is one test's database, with uniquely named tables dropped on
+// cleanup.
+type env struct {
+	t      *testing.T
+	be     backend
+	db     *sql.DB
+	g      *sqlguard.Guard
+	prefix string
+	tables []string
+}
+
+func uniq() string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// forEach runs f once per backend as a subtest, with migrated fence tables.
+func forEach(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			f(t, newEnv(t, be))
+		})
+	}
+}
+
+func newEnv(t *testing.T, be backend) *env {
+	t.Helper()
+	db := be.open(t)
+	e := &env{t: t, be: be, db: db, prefix: "sgt_" + uniq() + "_"}
+	ctx := context.Background()
+	g, err := sqlguard.Open(ctx, db,
+		sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	e.g = g
+	e.tables = append(e.tables, e.prefix+"fence", e.prefix+"req")
+	t.Cleanup(e.drop)
+	if err := g.Migrate(ctx, db); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return e
+}
+
+func (e *env) drop() {
+	for _, tb := range e.tables {
+		if _, err := e.db.Exec("DROP TABLE IF EXISTS " + tb); err != nil {
+			e.t.Errorf("drop %s: %v", tb, err)
+		}
+	}
+}
+
+// table creates a table from a dialect-neutral column list and returns its
+// name. Types: "KEY" (string primary key), "BIGINT", "TEXT".
+func (e *env) table(suffix, columns string) string {
+	e.t.Helper()
+	name := e.prefix + suffix
+	cols := columns
+	switch e.g.Dialect() {
+	case sqlguard.SQLite:
+		cols = strings.NewReplacer("KEY", "TEXT NOT NULL PRIMARY KEY", "BIGINT", "INTEGER").Replace(cols)
+	case sqlguard.PostgreSQL:
+		cols = strings.NewReplacer("KEY", "TEXT PRIMARY KEY").Replace(cols)
+	default:
+		cols = strings.NewReplacer("KEY", "VARCHAR(64) NOT NULL PRIMARY KEY", "TEXT", "VARCHAR(255)").Replace(cols)
+	}
+	if _, err := e.db.Exec("CREATE TABLE " + name + " (" + cols + ")"); err != nil {
+		e.t.Fatalf("create %s: %v", name, err)
+	}
+	e.tables = append(e.tables, name)
+	return name
+}
+
+// ph returns the dialect's i'th placeholder.
+func (e *env) ph(i int) string {
+	if e.g.Dialect() == sqlguard.PostgreSQL {
+		return "$" + string(rune('0'+i))
+	}
+	return "?"
+}
+
+// begin starts a transaction or fails the test.
+func (e *env) begin(ctx context.Context) *sql.Tx {
+	e.t.Helper()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	return tx
+}
+
+// mark reads a resource's mark or fails the test.
+func (e *env) mark(resource string) sqlguard.Mark {
+	e.t.Helper()
+	m, err := e.g.Mark(context.Background(), e.db, resource)
+	if err != nil {
+		e.t.Fatalf("Mark(%q): %v", resource, err)
+	}
+	return m
+}
