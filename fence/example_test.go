@@ -1,0 +1,53 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+func ExampleCheck() {
+	mark := fence.Token{Lock: "orders", Revision: 41}
+
+	for _, t := range []fence.Token{
+		{Lock: "orders", Revision: 41},   // the same holder again
+		{Lock: "orders", Revision: 57},   // a newer holder
+		{Lock: "orders", Revision: 12},   // a holder that was superseded
+		{Lock: "payments", Revision: 99}, // another lock altogether
+	} {
+		err := fence.Check(mark, t)
+		switch {
+		case err == nil:
+			mark = fence.Max(mark, t)
+			fmt.Println(t, "accepted, mark", mark.Revision)
+		case errors.Is(err, fence.ErrStale):
+			fmt.Println(t, "refused: stale")
+		case errors.Is(err, fence.ErrWrongLock):
+			fmt.Println(t, "refused: wrong lock")
+		}
+	}
+	// Output:
+	// 41:orders accepted, mark 41
+	// 57:orders accepted, mark 57
+	// 12:orders refused: stale
+	// 99:payments refused: wrong lock
+}
+
+func ExampleParse() {
+	t, err := fence.Parse("42:shard%2001")
+	fmt.Printf("%q %d %v\n", t.Lock, t.Revision, err)
+	_, err = fence.Parse("0:orders")
+	fmt.Println(errors.Is(err, fence.ErrSyntax))
+	// Output:
+	// "shard 01" 42 <nil>
+	// true
+}
+
+func ExampleNewContext() {
+	ctx := fence.NewContext(context.Background(), fence.Token{Lock: "orders", Revision: 7})
+	t, ok := fence.FromContext(ctx)
+	fmt.Println(t, ok)
+	// Output: 7:orders true
+}
