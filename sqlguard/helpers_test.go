@@ -48,8 +48,8 @@ func backends() []backend {
 	}
 }
 
-// sqliteFiles maps a test to its database file, so that the two opens of
-// one test (immediate and deferred) share it.
+// sqliteDSN names the test's database file; the two opens of one test
+// (immediate and deferred) share it. Tests do not run in parallel.
 func sqliteDSN(t *testing.T, immediate bool) string {
 	path := filepath.Join(sqliteDir(t), "test.db")
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
