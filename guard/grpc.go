@@ -32,10 +32,19 @@ const (
 // "lock", and when known "token" (text form), "token_revision" and
 // "mark_revision".
 const (
-	ErrorDomain     = "github.com/fencekit/fencekit/guard"
-	ReasonStale     = "STALE_FENCING_TOKEN"
+	// ErrorDomain is the Domain of the ErrorInfo details.
+	ErrorDomain = "github.com/fencekit/fencekit/guard"
+	// ReasonStale: the token is older than the resource's mark
+	// (codes.Aborted).
+	ReasonStale = "STALE_FENCING_TOKEN"
+	// ReasonWrongLock: the token is for another lock than the resource's
+	// (codes.Aborted).
 	ReasonWrongLock = "WRONG_LOCK_FENCING_TOKEN"
-	ReasonMissing   = "MISSING_FENCING_TOKEN"
+	// ReasonMissing: a fenced call carried no MetadataKey
+	// (codes.InvalidArgument).
+	ReasonMissing = "MISSING_FENCING_TOKEN"
+	// ReasonMalformed: the MetadataKey is not one valid token
+	// (codes.InvalidArgument).
 	ReasonMalformed = "MALFORMED_FENCING_TOKEN"
 )
 

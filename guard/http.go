@@ -29,9 +29,15 @@ const (
 // The RFC 9457 problem types in the "type" member of the middleware's
 // problem+json bodies. Each is the address of its own documentation.
 const (
-	ProblemStale     = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemStale"
+	// ProblemStale: the token is older than the resource's mark; status
+	// 409. The holder was superseded: it must stop, not retry.
+	ProblemStale = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemStale"
+	// ProblemWrongLock: the token is for another lock than the one bound
+	// to the resource; status 409.
 	ProblemWrongLock = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemWrongLock"
-	ProblemMissing   = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMissing"
+	// ProblemMissing: a fenced request carried no Header; status 428.
+	ProblemMissing = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMissing"
+	// ProblemMalformed: the Header is not one valid token; status 400.
 	ProblemMalformed = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMalformed"
 	// ProblemUnavailable: the guard could not decide (store failure or
 	// the request ended while waiting); status 503, safe to retry.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -122,7 +123,16 @@ func decodeProblem(t *testing.T, resp *http.Response) guard.Problem {
 }
 
 func TestHTTPRule(t *testing.T) {
-	s := newItemServer(t, newGuard(t))
+	var mu sync.Mutex
+	outcomes := map[guard.Outcome]int{}
+	s := newItemServer(t, newGuard(t, guard.WithHook(func(_ context.Context, e guard.Event) {
+		mu.Lock()
+		outcomes[e.Outcome]++
+		mu.Unlock()
+		if e.Resource != "item/1" || e.Lock != "items" {
+			t.Errorf("event %+v, want resource item/1 and lock items", e)
+		}
+	})))
 	url := s.srv.URL + "/items/1"
 	steps := []struct {
 		name    string
@@ -169,6 +179,12 @@ func TestHTTPRule(t *testing.T) {
 	}
 	if got := s.item("1"); got != "equal after refusals" {
 		t.Errorf("item = %q, refused writes must leave it alone", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	wantOutcomes := map[guard.Outcome]int{guard.Accepted: 4, guard.Stale: 1, guard.WrongLock: 1, guard.Missing: 1, guard.Malformed: 5}
+	if !maps.Equal(outcomes, wantOutcomes) {
+		t.Errorf("hook saw %v, want %v", outcomes, wantOutcomes)
 	}
 }
 
