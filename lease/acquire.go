@@ -126,6 +126,14 @@ func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, er
 	}
 	l, err := c.wait(ctx, w, val, try)
 	if err != nil {
+		switch {
+		case errors.Is(err, ErrHeld):
+			c.met.acquisitions.WithLabelValues("held").Inc()
+		case ctx.Err() != nil:
+			c.met.acquisitions.WithLabelValues("cancelled").Inc()
+		default:
+			c.met.acquisitions.WithLabelValues("error").Inc()
+		}
 		c.removeWaiter(w)
 		if !errors.Is(err, ErrHeld) {
 			c.abandon(ctx, s, key, val)
@@ -133,6 +141,7 @@ func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, er
 		c.log.Debug("lease acquire failed", logattr.Lock(name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
 		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
 	}
+	c.met.acquired(l.acquired.Sub(start))
 	c.log.Info("lease acquired", logattr.Lock(name), slog.String("owner", tok.Digest()), logattr.Fence(l.rev),
 		slog.Duration("waited", l.acquired.Sub(start)))
 	return l, nil
@@ -276,7 +285,7 @@ func (c *Client) retryable(ctx context.Context, s *session, w *waiter, err error
 		switch st.Code() {
 		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
 			codes.ResourceExhausted, codes.OutOfRange:
-			return err
+			return rpcError(err)
 		}
 	}
 	select {

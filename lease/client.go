@@ -33,6 +33,7 @@ type Client struct {
 	cfg    config
 	src    *owner.Source
 	log    *slog.Logger
+	met    *metrics
 	ctx    context.Context // the Client's lifetime; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -89,8 +90,15 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("lease: %w", err)
 		}
 	}
+	met := newMetrics()
+	if cfg.registerer != nil {
+		if err := met.register(cfg.registerer); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
+		met:     met,
 		etcd:    cli,
 		cfg:     cfg,
 		src:     src,
@@ -176,7 +184,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	sent := time.Now()
 	resp, err := c.etcd.Grant(ctx, int64(c.cfg.ttl/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(err, ctx.Err()))
+		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(rpcError(err), ctx.Err()))
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	s := &session{
@@ -353,7 +361,7 @@ func (c *Client) startWatch(ctx context.Context) error {
 	}
 	resp, err := c.etcd.Get(ctx, c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("lease: read revision: %w", errors.Join(err, ctx.Err()))
+		return fmt.Errorf("lease: read revision: %w", errors.Join(rpcError(err), ctx.Err()))
 	}
 	c.mu.Lock()
 	c.watching = true

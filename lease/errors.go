@@ -5,6 +5,9 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 var (
@@ -28,6 +31,11 @@ var (
 	// ErrInvalidName reports a lock name that is empty, longer than
 	// MaxNameLen, not UTF-8, or holds "/" or a control character.
 	ErrInvalidName = errors.New("lease: invalid lock name")
+
+	// ErrPermissionDenied reports that etcd refused a request for lack of
+	// permission or authentication: the user needs read and write on the
+	// Client's key prefix. The request was not applied.
+	ErrPermissionDenied = errors.New("lease: permission denied")
 
 	// ErrKeyDeleted is a loss cause: the lock record was deleted by someone
 	// other than its holder (an operator, a revoke, an expiry).
@@ -63,3 +71,20 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // Unwrap returns the cause.
 func (e *LostError) Unwrap() error { return e.Cause }
+
+// rpcError maps etcd's refusals for lack of permission or authentication to
+// ErrPermissionDenied, keeping the original error in the chain.
+func rpcError(err error) error {
+	if err == nil || errors.Is(err, ErrPermissionDenied) {
+		return err
+	}
+	denied := errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) ||
+		errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrUserEmpty)
+	if st, ok := status.FromError(err); ok && (st.Code() == codes.PermissionDenied || st.Code() == codes.Unauthenticated) {
+		denied = true
+	}
+	if denied {
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+	}
+	return err
+}

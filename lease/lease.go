@@ -146,7 +146,9 @@ func (l *Lease) end(err error) {
 	for _, cancel := range cancels {
 		cancel(err)
 	}
+	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
 	if errors.Is(err, ErrLost) {
+		l.c.met.losses.WithLabelValues(lossCause(err)).Inc()
 		l.c.log.Warn("lease lost", l.attrs(), slog.String("cause", errors.Unwrap(err).Error()),
 			slog.Duration("held", time.Since(l.acquired)))
 	}
@@ -240,6 +242,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
+	if l.Err() == ErrReleased {
+		l.c.met.duplicates.Inc()
+	}
 	for range maxAttempts {
 		last := l.count <= 1
 		op := clientv3.OpDelete(l.key)
@@ -249,6 +254,13 @@ func (l *Lease) Release(ctx context.Context) error {
 			op = clientv3.OpPut(l.key, encodeValue(l.owner.Value(), l.count-1), clientv3.WithIgnoreLease())
 		}
 		resp, err := l.txn(ctx, op)
+		if err != nil && errors.Is(rpcError(err), ErrPermissionDenied) {
+			if last {
+				l.c.setReleasing(l, false)
+			}
+			l.logResult("release", "denied", err)
+			return fmt.Errorf("lease: release %q: %w", l.name, rpcError(err))
+		}
 		if err != nil {
 			after := l.count - 1
 			if last {
@@ -315,6 +327,10 @@ func (l *Lease) Reenter(ctx context.Context) error {
 	}
 	for range maxAttempts {
 		resp, err := l.txn(ctx, clientv3.OpPut(l.key, encodeValue(l.owner.Value(), l.count+1), clientv3.WithIgnoreLease()))
+		if err != nil && errors.Is(rpcError(err), ErrPermissionDenied) {
+			l.logResult("reenter", "denied", err)
+			return fmt.Errorf("lease: reenter %q: %w", l.name, rpcError(err))
+		}
 		if err != nil {
 			l.pending = &pending{op: "reenter", before: l.count, after: l.count + 1}
 			l.logResult("reenter", "unknown", err)
@@ -363,6 +379,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 	confirmed := false
 	for range maxAttempts {
 		resp, err := l.txn(ctx)
+		if err != nil && errors.Is(rpcError(err), ErrPermissionDenied) {
+			l.logResult("renew", "denied", err)
+			return fmt.Errorf("lease: renew %q: %w", l.name, rpcError(err))
+		}
 		if err != nil {
 			l.logResult("renew", "unknown", err)
 			return fmt.Errorf("lease: renew %q: outcome unknown: %w", l.name, errors.Join(err, ctx.Err()))
@@ -403,6 +423,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 
 func outcome(err error) string {
 	switch {
+	case errors.Is(err, ErrPermissionDenied):
+		return "denied"
 	case errors.Is(err, ErrNotOwner):
 		return "not_owner"
 	case errors.Is(err, ErrNotFound):
@@ -412,6 +434,7 @@ func outcome(err error) string {
 }
 
 func (l *Lease) logResult(op, result string, err error) {
+	l.c.met.results.WithLabelValues(op, result).Inc()
 	level := slog.LevelInfo
 	if op == "renew" && err == nil {
 		level = slog.LevelDebug

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -529,7 +531,8 @@ func TestLogsCarryDigestsOnly(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := newClient(t, cli, lease.WithLogger(logger))
+	reg := prometheus.NewRegistry()
+	c := newClient(t, cli, lease.WithLogger(logger), lease.WithMetrics(reg))
 	ctx := ctxT(t, 10*time.Second)
 	l, err := c.Acquire(ctx, "secret-lock")
 	require.NoError(t, err)
@@ -551,6 +554,12 @@ func TestLogsCarryDigestsOnly(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, tok, "logs must never carry the owner token")
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	metricsText := fmt.Sprint(fams)
+	assert.Contains(t, metricsText, "fencekit_lease_results_total")
+	assert.NotContains(t, metricsText, tok, "metrics must never carry the owner token")
+	assert.NotContains(t, metricsText, "secret-lock", "metrics carry no lock names")
 	assert.NotContains(t, out, "secret-lock", "logs carry a hash of the lock name")
 	assert.NotContains(t, l.String(), tok)
 	assert.NotContains(t, l.Err().Error(), tok)
@@ -578,4 +587,72 @@ func settle(ctx context.Context, op func(context.Context) error) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func TestMetrics(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	reg := prometheus.NewRegistry()
+	c := newClient(t, cli, lease.WithMetrics(reg))
+	c2 := newClient(t, cli, lease.WithMetrics(reg)) // shares the collectors
+	ctx := ctxT(t, 10*time.Second)
+
+	l, err := c.Acquire(ctx, "m")
+	require.NoError(t, err)
+	_, err = c2.TryAcquire(ctx, "m")
+	require.ErrorIs(t, err, lease.ErrHeld)
+	require.NoError(t, l.Reenter(ctx))
+	require.NoError(t, l.Renew(ctx))
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l.Release(ctx))
+	require.Error(t, l.Release(ctx)) // duplicate: not found
+
+	l2, err := c2.Acquire(ctx, "m")
+	require.NoError(t, err)
+	key, _ := heldRecord(t, cli, "m")
+	_, err = cli.Delete(ctx, key)
+	require.NoError(t, err)
+	<-l2.Done()
+
+	count := func(name string, labels ...string) float64 { return metricValue(t, reg, name, labels...) }
+	assert.Equal(t, 2.0, count("fencekit_lease_acquisitions_total", "outcome", "acquired"))
+	assert.Equal(t, 1.0, count("fencekit_lease_acquisitions_total", "outcome", "held"))
+	assert.Equal(t, 1.0, count("fencekit_lease_results_total", "op", "reenter", "outcome", "done"))
+	assert.Equal(t, 1.0, count("fencekit_lease_results_total", "op", "renew", "outcome", "done"))
+	assert.Equal(t, 2.0, count("fencekit_lease_results_total", "op", "release", "outcome", "done"))
+	assert.Equal(t, 1.0, count("fencekit_lease_results_total", "op", "release", "outcome", "not_found"))
+	assert.Equal(t, 1.0, count("fencekit_lease_duplicate_releases_total"))
+	assert.Equal(t, 1.0, count("fencekit_lease_losses_total", "cause", "deleted"))
+	assert.Equal(t, 2.0, count("fencekit_lease_hold_seconds"))
+	assert.Equal(t, 2.0, count("fencekit_lease_acquire_wait_seconds"))
+}
+
+// metricValue returns a counter's value, or a histogram's sample count, for
+// the series of family name whose labels include the given pairs.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue series
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

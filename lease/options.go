@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultTTL is the session TTL used when WithTTL is not given.
@@ -30,7 +31,8 @@ type config struct {
 	ttl      time.Duration
 	margin   time.Duration
 	logger   *slog.Logger
-	instance string
+	instance   string
+	registerer prometheus.Registerer
 }
 
 // WithPrefix sets the etcd key prefix under which the Client keeps its lock
@@ -107,6 +109,24 @@ func WithInstanceID(id string) Option {
 			return fmt.Errorf("lease: %w", err)
 		}
 		c.instance = id
+		return nil
+	})
+}
+
+// WithMetrics registers the Client's Prometheus metrics on reg (nothing is
+// registered globally): fencekit_lease_acquisitions_total{outcome},
+// fencekit_lease_acquire_wait_seconds, fencekit_lease_hold_seconds,
+// fencekit_lease_results_total{op,outcome},
+// fencekit_lease_losses_total{cause} and
+// fencekit_lease_duplicate_releases_total. Label values are fixed words,
+// never lock names or tokens. Clients registering on the same reg share the
+// collectors.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return optionFunc(func(c *config) error {
+		if reg == nil {
+			return errors.New("lease: nil metrics registerer")
+		}
+		c.registerer = reg
 		return nil
 	})
 }

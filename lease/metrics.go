@@ -1,0 +1,104 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Client's Prometheus collectors. Label values are fixed
+// words: no lock names, no tokens.
+type metrics struct {
+	acquisitions *prometheus.CounterVec // outcome: acquired, held, cancelled, error
+	wait         prometheus.Histogram
+	hold         prometheus.Histogram
+	results      *prometheus.CounterVec // op, outcome: done, not_owner, not_found, unknown, denied
+	losses       *prometheus.CounterVec // cause
+	duplicates   prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	return &metrics{
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencekit_lease_acquisitions_total",
+			Help: "Acquire and TryAcquire calls by outcome: acquired, held (TryAcquire found it taken), cancelled (ctx ended), error.",
+		}, []string{"outcome"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencekit_lease_acquire_wait_seconds",
+			Help:    "Time from Acquire to holding the lock, for successful acquisitions.",
+			Buckets: buckets,
+		}),
+		hold: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencekit_lease_hold_seconds",
+			Help:    "Time from acquiring a lease to its end (released, lost or closed).",
+			Buckets: buckets,
+		}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencekit_lease_results_total",
+			Help: "Release, renew and reenter results by outcome: done, not_owner, not_found, unknown (transport), denied (permission).",
+		}, []string{"op", "outcome"}),
+		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencekit_lease_losses_total",
+			Help: "Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found.",
+		}, []string{"cause"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencekit_lease_duplicate_releases_total",
+			Help: "Release calls on a lease its holder had already released.",
+		}),
+	}
+}
+
+// register registers m's collectors on reg. A collector that an earlier
+// Client already registered there is shared, so several Clients can report
+// to one registry.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	var err error
+	m.acquisitions = registerOrReuse(reg, m.acquisitions, &err)
+	m.wait = registerOrReuse(reg, m.wait, &err)
+	m.hold = registerOrReuse(reg, m.hold, &err)
+	m.results = registerOrReuse(reg, m.results, &err)
+	m.losses = registerOrReuse(reg, m.losses, &err)
+	m.duplicates = registerOrReuse(reg, m.duplicates, &err)
+	return err
+}
+
+func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	*errp = errors.Join(*errp, fmt.Errorf("lease: register metrics: %w", err))
+	return c
+}
+
+func lossCause(err error) string {
+	switch {
+	case errors.Is(err, ErrKeyDeleted):
+		return "deleted"
+	case errors.Is(err, ErrKeyOverwritten):
+		return "overwritten"
+	case errors.Is(err, ErrSessionExpired):
+		return "session"
+	case errors.Is(err, ErrDeadline):
+		return "deadline"
+	case errors.Is(err, ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	}
+	return "other"
+}
+
+func (m *metrics) acquired(wait time.Duration) {
+	m.acquisitions.WithLabelValues("acquired").Inc()
+	m.wait.Observe(wait.Seconds())
+}
