@@ -513,3 +513,41 @@ func TestNaiveFailsProperty(t *testing.T) {
 		}
 	})
 }
+
+// T25: the documented hazard. On PostgreSQL, rolling back to a savepoint
+// taken before Fence undoes the advance and releases the fence row's lock
+// while the transaction goes on, so another holder is not held back. The
+// package doc says to fence outside savepoints; this test pins the reason.
+func TestSavepointRollbackReleasesFence(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.g.Dialect() != sqlguard.PostgreSQL {
+			t.Skip("only PostgreSQL releases row locks on ROLLBACK TO SAVEPOINT")
+		}
+		ctx := context.Background()
+		tx := e.begin(ctx)
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.g.Fence(ctx, tx, tok(7), "acct"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+			t.Fatal(err)
+		}
+		// 5 neither waits nor is refused: 7's fence is gone.
+		if err := result(t, e.goFence(ctx, 5, "acct")); err != nil {
+			t.Fatalf("older token after the savepoint rollback: %v", err)
+		}
+		// Fencing again before COMMIT restores the guarantee.
+		if err := e.g.Fence(ctx, tx, tok(7), "acct"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if m := e.mark("acct"); m.Token.Revision != 7 {
+			t.Fatalf("mark %+v", m)
+		}
+	})
+}
