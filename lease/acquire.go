@@ -29,6 +29,7 @@ type waiter struct {
 
 	mu       sync.Mutex
 	pred     string          // the record this waiter waits on; "" while reading
+	predGone bool            // the watch saw pred deleted
 	seen     map[string]bool // deletes seen while reading the queue
 	failErr  error
 	failOnce sync.Once
@@ -40,6 +41,7 @@ func (w *waiter) onDelete(key string) {
 	if w.pred == "" {
 		w.seen[key] = true
 	} else if key == w.pred {
+		w.predGone = true
 		w.wake()
 	}
 }
@@ -70,6 +72,7 @@ func (w *waiter) failure() error {
 func (w *waiter) reading() {
 	w.mu.Lock()
 	w.pred = ""
+	w.predGone = false
 	w.seen = map[string]bool{}
 	w.mu.Unlock()
 }
@@ -80,9 +83,16 @@ func (w *waiter) setPred(pred string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pred = pred
-	gone := w.seen[pred]
+	w.predGone = w.seen[pred]
 	w.seen = nil
-	return gone
+	return w.predGone
+}
+
+// gone reports whether the watch saw the predecessor deleted.
+func (w *waiter) gone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.predGone
 }
 
 // Acquire blocks until it holds the lock called name, and returns the
@@ -244,9 +254,11 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 		case pos < 0:
 			return nil, ErrKeyDeleted
 		}
-		if !w.setPred(string(queue[pos-1].Key)) {
+		gone := w.setPred(string(queue[pos-1].Key))
+		if !gone {
 			select {
 			case <-w.wakec:
+				gone = w.gone()
 			case <-w.failc:
 				return nil, w.failure()
 			case <-s.done:
@@ -256,6 +268,13 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 			case <-c.ctx.Done():
 				return nil, ErrClosed
 			}
+		}
+		if gone && pos == 1 {
+			// The record ahead was the head of the queue and is gone. No
+			// record can be written ahead of ours later (creation
+			// revisions only grow), so ours is the head now; had ours
+			// been deleted first, the watch would have failed the wait.
+			return c.promote(w, myRev)
 		}
 		for {
 			w.reading()
