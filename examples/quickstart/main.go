@@ -1,19 +1,22 @@
 // Command quickstart runs the fencekit story end to end on an embedded etcd
 // in a temporary directory: two workers take turns holding a lease on an
 // account; the first pauses past its TTL; the second takes over; when the
-// first wakes, its release is refused (not owner) and its late write is
-// refused by the account's guard (stale token). It prints what happened,
-// exits 0, and leaves nothing behind.
+// first wakes, its release is refused (not owner) and its late writes are
+// refused: by the in-memory account's guard, and by the database itself for
+// the account's row in SQLite (sqlguard). It prints what happened, exits 0,
+// and leaves nothing behind.
 //
 //	go run ./examples/quickstart
 package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +26,8 @@ import (
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/sqlguard"
+	_ "modernc.org/sqlite"
 )
 
 func main() {
@@ -106,6 +111,36 @@ func run() error {
 		})
 	}
 
+	// The same account as a SQLite row carrying a fence column: the
+	// database refuses an UPDATE whose token is older than the row's.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "bank.db")+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (
+		id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, fence INTEGER NOT NULL DEFAULT 0)`); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO accounts (id, balance) VALUES (42, 0)`); err != nil {
+		return err
+	}
+	sg, err := sqlguard.New(sqlguard.SQLite)
+	if err != nil {
+		return err
+	}
+	if err := sg.CheckColumn(ctx, db, "accounts", "fence"); err != nil {
+		return err
+	}
+	setBalance := func(tok fence.Token, balance int) error {
+		_, err := sg.Update(ctx, db, tok, sqlguard.RowUpdate{
+			Table: "accounts", Column: "fence",
+			Set:   []sqlguard.Assign{{Column: "balance", Value: balance}},
+			Where: "id = ?", WhereArgs: []any{42},
+		})
+		return err
+	}
+
 	// 1. A takes the lease and writes.
 	a, err := workerA.Acquire(ctx, "account-42")
 	if err != nil {
@@ -115,7 +150,10 @@ func run() error {
 	if err := write("A", a.Fence(), 100); err != nil {
 		return err
 	}
-	fmt.Println("A wrote +100: accepted")
+	if err := setBalance(a.Fence(), 100); err != nil {
+		return err
+	}
+	fmt.Println("A wrote +100: accepted (memory and SQLite)")
 
 	// 2. A freezes: no more renewals reach etcd.
 	proxy.Pause()
@@ -134,7 +172,10 @@ func run() error {
 	if err := write("B", b.Fence(), 50); err != nil {
 		return err
 	}
-	fmt.Println("B wrote +50: accepted")
+	if err := setBalance(b.Fence(), 150); err != nil {
+		return err
+	}
+	fmt.Println("B wrote +50: accepted (memory and SQLite)")
 
 	// 4. A wakes up and carries on as if nothing happened.
 	proxy.Resume()
@@ -145,6 +186,14 @@ func run() error {
 	}
 	fmt.Printf("A's late write -100 refused: token %d is older than the account's mark %d\n",
 		rej.Token.Revision, rej.Mark.Revision)
+
+	err = setBalance(a.Fence(), 0)
+	var stale *sqlguard.StaleError
+	if !errors.As(err, &stale) {
+		return fmt.Errorf("A's late UPDATE was not refused by the database: %v", err)
+	}
+	fmt.Printf("A's late UPDATE refused by SQLite: token %d is older than the row's fence %d\n",
+		stale.Token.Revision, stale.Current.Revision)
 
 	err = retryUnknown(ctx, a.Release)
 	if !errors.Is(err, lease.ErrNotOwner) {
@@ -167,6 +216,14 @@ func run() error {
 	fmt.Printf("account balance %d, writes applied: %s\n", acct.balance, strings.Join(acct.history, " "))
 	if acct.balance != 150 {
 		return fmt.Errorf("balance %d, want 150", acct.balance)
+	}
+	var row int
+	if err := db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 42`).Scan(&row); err != nil {
+		return err
+	}
+	fmt.Printf("SQLite row balance %d (B's write intact)\n", row)
+	if row != 150 {
+		return fmt.Errorf("row balance %d, want 150", row)
 	}
 	return nil
 }
