@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // waiter is one Acquire call between writing its record and holding the
@@ -300,8 +299,8 @@ func (c *Client) retryable(ctx context.Context, s *session, w *waiter, err error
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return ErrSessionExpired
 	}
-	if st, ok := status.FromError(err); ok {
-		switch st.Code() {
+	if code, ok := errCode(err); ok {
+		switch code {
 		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
 			codes.ResourceExhausted, codes.OutOfRange:
 			return rpcError(err)

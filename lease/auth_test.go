@@ -522,8 +522,6 @@ func assertDenied(t *testing.T, c *lease.Client, name string) {
 // (which needs no key permission); writing the record is refused. Acquire
 // must report that at once, not retry until the ctx ends.
 func TestAuthTLSReadOnlyRoleDenied(t *testing.T) {
-	t.Skip("lease: Client.retryable checks status.FromError, which does not see the rpctypes.EtcdError " +
-		"the client returns for a refused Txn, so Acquire retries until its ctx ends; remove this skip when fixed")
 	s := startSecureEtcd(t)
 	root := s.user(t, authRoot)
 	reader := s.user(t, authReader)

@@ -259,6 +259,11 @@ func (c *Client) keepAlive(s *session) {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			c.endSession(s, ErrSessionExpired)
 			return
+		case errors.Is(rpcError(err), ErrPermissionDenied):
+			// etcd refuses to renew a lease when the user may not write
+			// every key attached to it; the session is as good as gone.
+			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, rpcError(err)))
+			return
 		case err != nil:
 			if c.ctx.Err() != nil {
 				return
@@ -377,6 +382,7 @@ func (c *Client) startWatch(ctx context.Context) error {
 // watcher "synced" in etcd, so events arrive in about a millisecond.
 func (c *Client) watch(rev int64) {
 	defer c.wg.Done()
+	backoff := 20 * time.Millisecond
 	for c.ctx.Err() == nil {
 		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(c.ctx))
 		wch := c.etcd.Watch(ctx, c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
@@ -386,9 +392,14 @@ func (c *Client) watch(rev int64) {
 				resync = true
 				break
 			}
-			if resp.Err() != nil {
+			if err := resp.Err(); err != nil {
+				// etcd cancels a watch the user may not read with a
+				// reason in text only; say so, and back off.
+				c.log.Warn("lease watch failed", slog.String("error", err.Error()), slog.String("reason", resp.CancelReason))
+				backoff = min(2*backoff, time.Second)
 				break
 			}
+			backoff = 20 * time.Millisecond
 			for _, ev := range resp.Events {
 				c.dispatch(ev)
 				rev = ev.Kv.ModRevision + 1
@@ -406,7 +417,7 @@ func (c *Client) watch(rev int64) {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(backoff):
 		}
 	}
 }

@@ -80,11 +80,24 @@ func rpcError(err error) error {
 	}
 	denied := errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) ||
 		errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrUserEmpty)
-	if st, ok := status.FromError(err); ok && (st.Code() == codes.PermissionDenied || st.Code() == codes.Unauthenticated) {
+	if code, ok := errCode(err); ok && (code == codes.PermissionDenied || code == codes.Unauthenticated) {
 		denied = true
 	}
 	if denied {
 		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	}
 	return err
+}
+
+// errCode returns the gRPC code of an etcd error, whether the client
+// returned it as an rpctypes.EtcdError or as a gRPC status.
+func errCode(err error) (codes.Code, bool) {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code(), true
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code(), true
+	}
+	return codes.Unknown, false
 }
