@@ -93,8 +93,13 @@
 // # Observability
 //
 // Every decision is reported to hooks ([WithHook]) as an [Event] with an
-// [Outcome] (accepted, stale, wrong_lock, missing, malformed, failed), and
-// logged through [WithLogger] (discarded by default) with the resource, a
-// hash of the lock name ([LockHash]) and token and mark revisions. Owner
-// tokens never reach this package.
+// [Outcome] (accepted, stale, wrong_lock, missing, malformed, failed),
+// counted in fencekit_guard_decisions_total{outcome} on a caller's
+// Prometheus registry ([WithMetrics]; a resource label only with
+// [WithResourceLabel]), and logged through [WithLogger] (discarded by
+// default). Log records use package lease's field names: "lock" (a hash of
+// the lock name, [LockHash]), "fence" (the received token's revision),
+// plus "mark", "resource" and "outcome"; so a stale rejection joins to the
+// lease records of the acquisition whose token it refused. Owner tokens
+// never reach this package.
 package guard

@@ -2,8 +2,6 @@ package guard
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var (
@@ -138,8 +138,10 @@ type Option interface {
 }
 
 type config struct {
-	logger *slog.Logger
-	hooks  []func(context.Context, Event)
+	logger        *slog.Logger
+	hooks         []func(context.Context, Event)
+	registerer    prometheus.Registerer
+	resourceLabel bool
 }
 
 type optionFunc func(*config) error
@@ -148,9 +150,22 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 
 // WithLogger makes the Guard log every decision to l: rejections, missing
 // and malformed tokens at Warn, store failures at Error, acceptances at
-// Debug. Records carry the outcome, the resource, a hash of the lock name
-// (see LockHash) and token and mark revisions; never an owner token. By
-// default nothing is logged.
+// Debug. Records carry the fields of package lease's records, so that a
+// rejection joins to the acquisition or loss of the token it refused:
+//
+//   - "outcome": the Outcome's name;
+//   - "resource": the resource name;
+//   - "lock": a hash of the Target's lock name (see LockHash), the same
+//     value as the "lock" of lease records for that lock;
+//   - "fence": the received token's revision, when one parsed; equal to
+//     the "fence" of the lease records of the acquisition that issued it;
+//   - "fence_lock": a hash of the token's lock name, only when it differs
+//     from the Target's (outcome wrong_lock);
+//   - "mark": the revision of the resource's mark, when known;
+//   - "error": the reason, for outcome failed.
+//
+// Never an owner token: those never reach this package. By default nothing
+// is logged.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
@@ -175,6 +190,36 @@ func WithHook(f func(ctx context.Context, e Event)) Option {
 	})
 }
 
+// WithMetrics registers the Guard's Prometheus metrics on reg (nothing is
+// registered globally): fencekit_guard_decisions_total{outcome} counts
+// decisions by Outcome ("accepted", "stale", "wrong_lock", "missing",
+// "malformed", "failed"). Label values are fixed words, never lock names
+// or tokens, unless WithResourceLabel adds the resource name. Guards
+// registering on the same reg share the counter, so they must agree on
+// WithResourceLabel: New fails otherwise. It runs alongside any hooks
+// (WithHook).
+func WithMetrics(reg prometheus.Registerer) Option {
+	return optionFunc(func(c *config) error {
+		if reg == nil {
+			return errors.New("guard: nil metrics registerer")
+		}
+		c.registerer = reg
+		return nil
+	})
+}
+
+// WithResourceLabel adds a "resource" label, the resource name, to the
+// metrics of WithMetrics, which it requires. Every resource name becomes a
+// time series that lives as long as the registry: use it only when the
+// resources are a small fixed set, never when they come from requests
+// (user ids, paths with ids).
+func WithResourceLabel() Option {
+	return optionFunc(func(c *config) error {
+		c.resourceLabel = true
+		return nil
+	})
+}
+
 // Guard enforces the fencing rule for a set of resources whose marks are
 // kept in one Store. For each resource it serialises the check of a token
 // and the write that token admits, so that the writes a Guard admits for a
@@ -185,6 +230,7 @@ type Guard struct {
 	store Store
 	log   *slog.Logger
 	hooks []func(context.Context, Event)
+	met   *metrics // nil without WithMetrics
 
 	mu    sync.Mutex
 	locks map[string]*resLock
@@ -215,7 +261,17 @@ func New(store Store, opts ...Option) (*Guard, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
-	return &Guard{store: store, log: cfg.logger, hooks: cfg.hooks, locks: map[string]*resLock{}}, nil
+	var met *metrics
+	switch {
+	case cfg.registerer != nil:
+		met = newMetrics(cfg.resourceLabel)
+		if err := met.register(cfg.registerer); err != nil {
+			return nil, err
+		}
+	case cfg.resourceLabel:
+		return nil, errors.New("guard: WithResourceLabel without WithMetrics")
+	}
+	return &Guard{store: store, log: cfg.logger, hooks: cfg.hooks, met: met, locks: map[string]*resLock{}}, nil
 }
 
 // Do runs write if t may write the Target's resource, and returns its
@@ -355,16 +411,18 @@ func (g *Guard) release(resource string, l *resLock) {
 	g.mu.Unlock()
 }
 
-// LockHash returns the digest of a lock name that guard logs carry instead
-// of the name: the first 16 hex digits of its SHA-256.
-func LockHash(lock string) string {
-	sum := sha256.Sum256([]byte(lock))
-	return hex.EncodeToString(sum[:8])
-}
+// LockHash returns the digest of a lock name that logs carry instead of
+// the name, in the "lock" field of guard's records and of package lease's:
+// the first 16 hex digits of its SHA-256. Use it to find the records of a
+// lock by name.
+func LockHash(lock string) string { return logattr.Hash(lock) }
 
 func (g *Guard) observe(ctx context.Context, e Event) {
 	for _, h := range g.hooks {
 		h(ctx, e)
+	}
+	if g.met != nil {
+		g.met.observe(e)
 	}
 	level, msg := slog.LevelWarn, "guard: fencing token refused"
 	switch e.Outcome {
@@ -380,20 +438,20 @@ func (g *Guard) observe(ctx context.Context, e Event) {
 	}
 	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs,
-		slog.String("outcome", e.Outcome.String()),
+		logattr.Outcome(e.Outcome.String()),
 		slog.String("resource", e.Resource),
-		slog.String("lock_hash", LockHash(e.Lock)))
+		logattr.Lock(e.Lock))
 	if !e.Token.IsZero() {
-		attrs = append(attrs, slog.Int64("token_rev", e.Token.Revision))
+		attrs = append(attrs, logattr.Fence(e.Token.Revision))
 		if e.Token.Lock != e.Lock {
-			attrs = append(attrs, slog.String("token_lock_hash", LockHash(e.Token.Lock)))
+			attrs = append(attrs, slog.String("fence_lock", LockHash(e.Token.Lock)))
 		}
 	}
 	if !e.Mark.IsZero() {
-		attrs = append(attrs, slog.Int64("mark_rev", e.Mark.Revision))
+		attrs = append(attrs, slog.Int64("mark", e.Mark.Revision))
 	}
 	if e.Outcome == Failed && e.Err != nil {
-		attrs = append(attrs, slog.String("err", e.Err.Error()))
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
 	g.log.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -290,17 +290,17 @@ func TestObservability(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("got %d log records, want 4:\n%s", len(lines), out)
 	}
-	for _, s := range []string{`"outcome":"accepted"`, `"level":"DEBUG"`, `"token_rev":10`, `"resource":"res-1"`, `"lock_hash":"` + guard.LockHash(lock) + `"`} {
+	for _, s := range []string{`"outcome":"accepted"`, `"level":"DEBUG"`, `"fence":10`, `"resource":"res-1"`, `"lock":"` + guard.LockHash(lock) + `"`} {
 		if !strings.Contains(lines[0], s) {
 			t.Errorf("accepted record lacks %s: %s", s, lines[0])
 		}
 	}
-	for _, s := range []string{`"outcome":"stale"`, `"level":"WARN"`, `"token_rev":4`, `"mark_rev":10`} {
+	for _, s := range []string{`"outcome":"stale"`, `"level":"WARN"`, `"fence":4`, `"mark":10`} {
 		if !strings.Contains(lines[1], s) {
 			t.Errorf("stale record lacks %s: %s", s, lines[1])
 		}
 	}
-	if !strings.Contains(lines[2], `"token_lock_hash":"`+guard.LockHash("other-lock")+`"`) {
+	if !strings.Contains(lines[2], `"fence_lock":"`+guard.LockHash("other-lock")+`"`) {
 		t.Errorf("wrong-lock record lacks the token's lock hash: %s", lines[2])
 	}
 	if h := guard.LockHash(lock); len(h) != 16 {

@@ -1,0 +1,68 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are a Guard's Prometheus collectors. The outcome label takes the
+// fixed words of Outcome.String; the resource label exists only with
+// WithResourceLabel.
+type metrics struct {
+	decisions *prometheus.CounterVec // outcome[, resource]
+	resource  bool
+}
+
+func newMetrics(resource bool) *metrics {
+	labels := []string{"outcome"}
+	help := "Fencing decisions by outcome: accepted, stale, wrong_lock, missing, malformed, failed (store error, invalid target or request ended while waiting)."
+	if resource {
+		labels = append(labels, "resource")
+		help += " Labelled with the resource name."
+	}
+	return &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencekit_guard_decisions_total",
+			Help: help,
+		}, labels),
+		resource: resource,
+	}
+}
+
+// allOutcomes lists every Outcome, so that the series of a Guard without
+// the resource label exist from the start at zero.
+var allOutcomes = []Outcome{Accepted, Stale, WrongLock, Missing, Malformed, Failed}
+
+// register registers m's collector on reg. A collector that an earlier
+// Guard registered there with the same labels is shared, so several Guards
+// can report to one registry. A Guard with WithResourceLabel and one
+// without cannot share a registry: the second fails to register.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if err := reg.Register(m.decisions); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return fmt.Errorf("guard: register metrics: %w", err)
+		}
+		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+		if !ok {
+			return fmt.Errorf("guard: register metrics: %w", err)
+		}
+		m.decisions = existing
+	}
+	if !m.resource {
+		for _, o := range allOutcomes {
+			m.decisions.WithLabelValues(o.String())
+		}
+	}
+	return nil
+}
+
+func (m *metrics) observe(e Event) {
+	if m.resource {
+		m.decisions.WithLabelValues(e.Outcome.String(), e.Resource).Inc()
+		return
+	}
+	m.decisions.WithLabelValues(e.Outcome.String()).Inc()
+}
