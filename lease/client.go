@@ -301,9 +301,16 @@ func (c *Client) onDeadline(s *session) {
 		return
 	}
 	c.mu.Unlock()
-	c.endSession(s, ErrDeadline)
+	if !c.endSession(s, ErrDeadline) {
+		return
+	}
 	// The server may still hold the session; give up its records now rather
 	// than when it expires, so the next holder does not wait for the TTL.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed { // Close revokes it
+		return
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -313,13 +320,13 @@ func (c *Client) onDeadline(s *session) {
 	}()
 }
 
-// endSession ends s with cause and every lease attached to it. Waiters on s
-// notice through s.done.
-func (c *Client) endSession(s *session, cause error) {
+// endSession ends s with cause and every lease attached to it, and reports
+// whether this call ended it. Waiters on s notice through s.done.
+func (c *Client) endSession(s *session, cause error) bool {
 	c.mu.Lock()
 	if s.err != nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	s.err = cause
 	close(s.done)
@@ -353,6 +360,7 @@ func (c *Client) endSession(s *session, cause error) {
 		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
 			slog.String("cause", cause.Error()), slog.Int("leases_lost", len(lost)))
 	}
+	return true
 }
 
 // startWatch starts the Client's one watch of its whole prefix, from the
@@ -369,6 +377,10 @@ func (c *Client) startWatch(ctx context.Context) error {
 		return fmt.Errorf("lease: read revision: %w", errors.Join(rpcError(err), ctx.Err()))
 	}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
 	c.watching = true
 	c.wg.Add(1)
 	c.mu.Unlock()
