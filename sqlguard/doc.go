@@ -99,6 +99,18 @@
 // fence package's sentinels, so errors.Is(err, fence.ErrStale) holds too.
 // A cancelled context stays matchable (errors.Is(err, context.Canceled)).
 //
+// # Observability
+//
+// [WithMetrics] counts every Fence, Update, Upsert, Claim and Record call
+// by op and outcome in fencekit_sqlguard_decisions_total{op,outcome}, and
+// RunTx's re-runs in fencekit_sqlguard_retries_total, on a caller's
+// Prometheus registry. [WithLogger] logs stale, wrong-lock and duplicate
+// refusals with package lease's field names ("lock" is a hash of the lock
+// name, "fence" the refused token's revision, plus "mark", "resource",
+// "outcome" and "op"), so a refusal joins to the lease records of the
+// acquisition whose token it refused. Neither carries lock names,
+// idempotency keys or owner tokens in clear; both are off by default.
+//
 // # PostgreSQL advisory locks or sqlguard?
 //
 // When the data lives in one PostgreSQL database and the critical section

@@ -50,6 +50,11 @@ type Mark struct {
 //     example during a lock wait; database/sql then rolls back a
 //     transaction begun with that context.
 func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
+	return g.decided(ctx, "fence", g.fence(ctx, q, tok, resources...))
+}
+
+// fence is Fence without metrics and logs.
+func (g *Guard) fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
 	rs, err := canonical(tok, resources)
 	if err != nil {
 		return err
@@ -177,9 +182,9 @@ func (g *Guard) readMark(ctx context.Context, q DBTX, resource string, locking b
 // returns the same errors as Fence.
 func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resources ...string) error {
 	if len(resources) == 0 {
-		return fmt.Errorf("%w: no resources to claim", ErrInvalid)
+		return g.decided(ctx, "claim", fmt.Errorf("%w: no resources to claim", ErrInvalid))
 	}
-	return g.RunTx(ctx, db, nil, tok, resources, nil)
+	return g.decided(ctx, "claim", g.runTx(ctx, db, nil, tok, resources, nil, false))
 }
 
 // RunTx runs fn in a transaction that is fenced first: it begins a
@@ -199,6 +204,13 @@ func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resourc
 // committed.
 func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
 	fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return g.runTx(ctx, db, opts, tok, resources, fn, true)
+}
+
+// runTx is RunTx; countFence says whether its Fence calls are counted and
+// logged as op "fence" (Claim counts its own result instead).
+func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
+	fn func(ctx context.Context, tx *sql.Tx) error, countFence bool) error {
 	if len(resources) > 0 {
 		if _, err := canonical(tok, resources); err != nil {
 			return err
@@ -211,7 +223,7 @@ func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = g.runOnce(ctx, db, opts, tok, resources, fn)
+		err = g.runOnce(ctx, db, opts, tok, resources, fn, countFence)
 		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
 			return err
 		}
@@ -224,11 +236,14 @@ func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 			return errors.Join(ctx.Err(), err)
 		case <-t.C:
 		}
+		if g.met != nil {
+			g.met.retries.Inc()
+		}
 	}
 }
 
 func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
-	fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	fn func(ctx context.Context, tx *sql.Tx) error, countFence bool) (err error) {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return g.wrapErr(ctx, "begin", err)
@@ -239,7 +254,11 @@ func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, t
 		}
 	}()
 	if len(resources) > 0 {
-		if err := g.Fence(ctx, tx, tok, resources...); err != nil {
+		fenceFn := g.fence
+		if countFence {
+			fenceFn = g.Fence
+		}
+		if err := fenceFn(ctx, tx, tok, resources...); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,10 @@ import (
 // it. Keys are kept until you delete them (the table has created_at for
 // that); requestID must be 1 to MaxRequestIDLen bytes of UTF-8 without NUL.
 func (g *Guard) Record(ctx context.Context, q DBTX, requestID string) error {
+	return g.decided(ctx, "record", g.record(ctx, q, requestID))
+}
+
+func (g *Guard) record(ctx context.Context, q DBTX, requestID string) error {
 	if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
 		return err
 	}

@@ -59,6 +59,11 @@ type RowUpdate struct {
 // *RetryableError; the context's error. q may be a *sql.DB, in which case
 // Update runs in a transaction of its own.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
+	n, err := g.updateRows(ctx, q, tok, u)
+	return n, g.decided(ctx, "update", err)
+}
+
+func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
 	if err := validToken(tok); err != nil {
 		return 0, err
 	}
@@ -173,6 +178,10 @@ type RowUpsert struct {
 // WHERE). q may be a *sql.DB, in which case Upsert runs in a transaction of
 // its own.
 func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
+	return g.decided(ctx, "upsert", g.upsertRow(ctx, q, tok, u))
+}
+
+func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
 	if err := validToken(tok); err != nil {
 		return err
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DBTX is the part of database/sql that sqlguard runs statements through.
@@ -123,6 +125,8 @@ type Option interface{ apply(*config) error }
 type config struct {
 	table, requests string
 	attempts        int
+	registerer      prometheus.Registerer
+	logger          *slog.Logger
 }
 
 type optionFunc func(*config) error
@@ -167,7 +171,8 @@ func WithMaxAttempts(n int) Option {
 }
 
 // Guard writes fenced statements in one dialect. It holds no connection and
-// no state besides its configuration, and is safe for concurrent use.
+// no state besides its configuration (and the metrics and logger of
+// WithMetrics and WithLogger), and is safe for concurrent use.
 type Guard struct {
 	d        Dialect
 	table    string // quoted
@@ -175,10 +180,13 @@ type Guard struct {
 	requests string // quoted
 	rname    string
 	attempts int
+	met      *metrics // nil without WithMetrics
+	log      *slog.Logger
 }
 
 // New returns a Guard for dialect d. It returns an error matching ErrInvalid
-// for an unknown dialect or an invalid option.
+// for an unknown dialect or an invalid option, and the registry's error
+// when the metrics of WithMetrics cannot be registered.
 func New(d Dialect, opts ...Option) (*Guard, error) {
 	if !d.valid() {
 		return nil, fmt.Errorf("%w: dialect %v", ErrInvalid, d)
@@ -189,6 +197,16 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 			return nil, fmt.Errorf("sqlguard: %w", err)
 		}
 	}
+	var met *metrics
+	if c.registerer != nil {
+		var err error
+		if met, err = newMetrics(c.registerer); err != nil {
+			return nil, err
+		}
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
 	return &Guard{
 		d:        d,
 		table:    quoteName(d, c.table),
@@ -196,6 +214,8 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		requests: quoteName(d, c.requests),
 		rname:    c.requests,
 		attempts: c.attempts,
+		met:      met,
+		log:      c.logger,
 	}, nil
 }
 
