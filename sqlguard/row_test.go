@@ -45,7 +45,7 @@ func TestRowUpdate(t *testing.T) {
 		if err := e.g.CheckColumn(context.Background(), e.db, items, ""); err != nil {
 			t.Fatalf("CheckColumn: %v", err)
 		}
-		e.exec("INSERT INTO "+items+" (id, val, fence) VALUES ('a', 'init', 0), ('n', 'init', NULL)")
+		e.exec("INSERT INTO " + items + " (id, val, fence) VALUES ('a', 'init', 0), ('n', 'init', NULL)")
 		idIs := "id = " + e.ph(1)
 
 		if _, err := e.update(5, items, "x", idIs, "missing"); !errors.Is(err, sqlguard.ErrNotFound) || errors.Is(err, sqlguard.ErrStale) {
