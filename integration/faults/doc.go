@@ -1,0 +1,35 @@
+// Package faults provides named, reusable faults for testing code that
+// holds leases (package lease) and writes to fenced resources (packages
+// guard and sqlguard): point them at your own critical sections and check
+// that no stale write is accepted.
+//
+// Every fault is a Fault: a Kind, an Inject that starts it and a Heal that
+// ends it; Apply injects, holds and heals one. The kit covers what breaks
+// lock-based code in practice:
+//
+//   - Pause (unix only): a real worker process — the test binary, executed
+//     again by StartWorker and dispatched by ServeWorker from TestMain —
+//     stopped with SIGSTOP and resumed with SIGCONT, the GC-pause or
+//     VM-freeze case. Held past the TTL, the holder wakes up believing it
+//     still holds the lock.
+//   - Partition, LostReplies and SlowLink: a Proxy between one client and
+//     etcd that swallows all traffic, forwards requests but drops replies
+//     (outcomes become ambiguous), or delays it.
+//   - RevokeHolder and DeleteHolder: the holder's etcd lease is revoked, or
+//     its lock record deleted, behind its back.
+//   - CrashMember and KillLeader: an etcd member, or whichever is the
+//     leader, stops and restarts on Heal.
+//   - SlowWriter: a holder's write is delivered late, after it gave up and
+//     the next holder wrote.
+//
+// What it does not do: it does not check anything. Record what your
+// resource accepted and check it yourself (package integration's safety
+// suite shows how). The faults are real — signals, sockets, etcd requests —
+// and their timing is not deterministic: a fault injected while nobody
+// holds the lock disrupts nothing, so run many and count them.
+//
+// A Proxy only sees traffic sent to it: give the client under test the
+// proxy's URL instead of the server's. Faults that talk to etcd themselves
+// (RevokeHolder, DeleteHolder) need a client that is not behind a proxy the
+// test disrupts.
+package faults

@@ -1,0 +1,72 @@
+package faults
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/faultproxy"
+)
+
+// Proxy is a loopback TCP proxy that sits between a client and one server
+// and can pause, blackhole, delay or drop the replies of the traffic through
+// it. Point a client at Proxy.URL instead of the server to put it behind
+// the proxy. It is safe for concurrent use; Close it when done.
+type Proxy = faultproxy.Proxy
+
+// NewProxy starts a Proxy on a free loopback port forwarding to target,
+// given as "host:port" or as an http:// URL (an etcd client URL).
+func NewProxy(target string) (*Proxy, error) {
+	return faultproxy.New(strings.TrimPrefix(target, "http://"))
+}
+
+// Partition cuts the links through proxies: every byte in both directions
+// is swallowed while the connections stay open, as in a silent network
+// partition, so the client sees time-outs, not errors. Heal restores the
+// links and resets their connections (bytes were lost mid-stream, so the
+// client must reconnect).
+func Partition(proxies ...*Proxy) Fault {
+	return &funcFault{
+		kind:   KindPartition,
+		inject: each(proxies, true, (*Proxy).Blackhole),
+		heal:   each(proxies, false, (*Proxy).Resume, (*Proxy).ResetConns),
+	}
+}
+
+// LostReplies forwards the requests through proxies but drops every reply:
+// the requests take effect on the server and the client cannot know it,
+// so every outcome is ambiguous. Heal restores the links and resets their
+// connections.
+func LostReplies(proxies ...*Proxy) Fault {
+	return &funcFault{
+		kind:   KindLostReplies,
+		inject: each(proxies, true, (*Proxy).DropReplies),
+		heal:   each(proxies, false, (*Proxy).Resume, (*Proxy).ResetConns),
+	}
+}
+
+// SlowLink holds every chunk of data through proxies for d before
+// forwarding it, in both directions. Heal removes the delay.
+func SlowLink(d time.Duration, proxies ...*Proxy) Fault {
+	return &funcFault{
+		kind:   KindDelay,
+		inject: each(proxies, true, func(p *Proxy) { p.Delay(d) }),
+		heal:   each(proxies, false, func(p *Proxy) { p.Delay(0) }),
+	}
+}
+
+// each returns a step applying fs to every proxy in turn. An inject step
+// with no proxies reports ErrNoTarget; a heal step does nothing.
+func each(proxies []*Proxy, inject bool, fs ...func(*Proxy)) func(context.Context) error {
+	return func(context.Context) error {
+		if inject && len(proxies) == 0 {
+			return ErrNoTarget
+		}
+		for _, f := range fs {
+			for _, p := range proxies {
+				f(p)
+			}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,552 @@
+//go:build unix
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/integration/faults"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/sqlguard"
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	_ "modernc.org/sqlite"
+)
+
+// Worker timing. The lease TTL is etcd's minimum with 10 ms ticks; think
+// time is a good part of it, so that a fault that ends a lease often lands
+// between a holder's read and its write.
+const (
+	leaseTTL      = time.Second
+	minThink      = 20 * time.Millisecond
+	maxThink      = 500 * time.Millisecond
+	maxCycles     = 3 // read-modify-write cycles per acquisition
+	acquireWait   = 5 * time.Second
+	requestWait   = 3 * time.Second
+	releaseWait   = 2 * time.Second
+	workerName    = "safety"
+	envWorkerConf = "FENCEKIT_SAFETY_WORKER"
+)
+
+// lineSpec tells a worker how to reach one resource in one mode. It
+// travels to worker processes as JSON.
+type lineSpec struct {
+	Workload string `json:"workload"`
+	Guarded  bool   `json:"guarded"`
+	Lock     string `json:"lock"`
+	// register
+	URL string `json:"url,omitempty"`
+	// sql
+	Driver   string           `json:"driver,omitempty"`
+	DSN      string           `json:"dsn,omitempty"`
+	Dialect  sqlguard.Dialect `json:"dialect,omitempty"`
+	Tables   sqlTables        `json:"tables"`
+	Resource string           `json:"resource,omitempty"`
+}
+
+func (s lineSpec) mode() string {
+	if s.Guarded {
+		return "guarded"
+	}
+	return "unguarded"
+}
+
+// workerConfig is everything one worker needs.
+type workerConfig struct {
+	ID        int        `json:"id"`
+	Endpoints []string   `json:"endpoints"`
+	Lines     []lineSpec `json:"lines"`
+	// ElemBase makes the elements this worker adds unique in the run.
+	ElemBase int64 `json:"elemBase"`
+}
+
+// event is one thing a worker did, reported to the recorder (as a JSON
+// line on stdout, from a worker process).
+type event struct {
+	Worker int    `json:"w"`
+	Line   int    `json:"l"`
+	Kind   string `json:"k"`
+	Elem   int64  `json:"e,omitempty"`
+}
+
+// Event kinds.
+const (
+	evAcquired = "acq"  // the worker holds the line's lock
+	evEnded    = "end"  // the worker no longer holds it
+	evOp       = "op"   // a read-modify-write cycle started
+	evAck      = "ack"  // its write was acknowledged (Elem added)
+	evRejected = "rej"  // the resource refused its token
+	evFailed   = "fail" // it failed otherwise, or its outcome is unknown
+	evLate     = "late" // its write was delayed by the slow-writer fault
+)
+
+// errRejected marks a refusal by the resource's fence.
+var errRejected = errors.New("rejected by the fence")
+
+// resourceClient is a worker's handle on one line's resource.
+type resourceClient interface {
+	// claim runs once per acquisition, before the first read.
+	claim(ctx context.Context, tok fence.Token) error
+	read(ctx context.Context, tok fence.Token) ([]int64, error)
+	write(ctx context.Context, tok fence.Token, elems []int64, add int64) error
+	close()
+}
+
+// runWorker runs one worker until ctx ends: for every line, a loop that
+// acquires the line's lock and does read-modify-write cycles. slow, when
+// not nil, delivers writes late while the slow-writer fault is injected.
+func runWorker(ctx context.Context, cfg workerConfig, slow *faults.SlowWriter, emit func(event)) error {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	locks, err := lease.New(cli, lease.WithTTL(leaseTTL))
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
+
+	var clients []resourceClient
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	for _, spec := range cfg.Lines {
+		c, err := openResource(spec)
+		if err != nil {
+			return fmt.Errorf("%s/%s: %w", spec.Workload, spec.mode(), err)
+		}
+		clients = append(clients, c)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next = cfg.ElemBase
+	)
+	newElem := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		next++
+		return next
+	}
+	for i, spec := range cfg.Lines {
+		wg.Go(func() {
+			w := &lineWorker{cfg: cfg, line: i, spec: spec, locks: locks, res: clients[i], slow: slow, emit: emit, newElem: newElem}
+			w.loop(ctx)
+		})
+	}
+	wg.Wait()
+	if slow != nil {
+		slow.Wait() // late writes use the resource clients
+	}
+	return nil
+}
+
+type lineWorker struct {
+	cfg     workerConfig
+	line    int
+	spec    lineSpec
+	locks   *lease.Client
+	res     resourceClient
+	slow    *faults.SlowWriter
+	emit    func(event)
+	newElem func() int64
+}
+
+func (w *lineWorker) send(kind string, elem int64) {
+	w.emit(event{Worker: w.cfg.ID, Line: w.line, Kind: kind, Elem: elem})
+}
+
+func (w *lineWorker) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, acquireWait)
+		l, err := w.locks.Acquire(actx, w.spec.Lock)
+		cancel()
+		if err != nil {
+			sleep(ctx, 20*time.Millisecond)
+			continue
+		}
+		w.send(evAcquired, 0)
+		w.hold(ctx, l)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
+		_ = l.Release(rctx) // not owner / not found after a fault: expected
+		cancel()
+		w.send(evEnded, 0)
+		sleep(ctx, time.Duration(rand.IntN(50))*time.Millisecond)
+	}
+}
+
+// hold does up to maxCycles read-modify-write cycles under l. Like
+// Jepsen's lock-set clients, it does not look at the lease between its
+// read and its write: that gap is where a lease alone fails. It stops
+// starting new cycles once the lease has ended.
+func (w *lineWorker) hold(ctx context.Context, l *lease.Lease) {
+	tok := l.Fence()
+	req := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, requestWait)
+	}
+	rctx, cancel := req()
+	err := w.res.claim(rctx, tok)
+	cancel()
+	if err != nil {
+		w.send(outcome(err), 0)
+		return
+	}
+	for range 1 + rand.IntN(maxCycles) {
+		if l.Err() != nil || ctx.Err() != nil {
+			return
+		}
+		w.send(evOp, 0)
+		rctx, cancel := req()
+		elems, err := w.res.read(rctx, tok)
+		cancel()
+		if err != nil {
+			w.send(outcome(err), 0)
+			return
+		}
+		if !sleep(ctx, minThink+rand.N(maxThink-minThink)) {
+			w.send(evFailed, 0)
+			return
+		}
+		add := w.newElem()
+		// The write does not use the lease's context: like a request
+		// already on the wire, it goes on after the lease ends. A
+		// late write (slow-writer fault) runs after this worker gave
+		// up, so it gets a context of its own.
+		write := func(ctx context.Context) func() error {
+			return func() error {
+				ctx, cancel := context.WithTimeout(ctx, requestWait)
+				defer cancel()
+				return w.res.write(ctx, tok, append(slices.Clone(elems), add), add)
+			}
+		}
+		if w.slow != nil {
+			err = w.slow.Write(write(context.WithoutCancel(ctx)))
+		} else {
+			err = write(ctx)()
+		}
+		switch {
+		case errors.Is(err, faults.ErrLate):
+			w.send(evLate, 0)
+			return
+		case err != nil:
+			w.send(outcome(err), 0)
+			return
+		}
+		w.send(evAck, add)
+	}
+}
+
+// outcome maps a resource error to an event kind.
+func outcome(err error) string {
+	if errors.Is(err, errRejected) {
+		return evRejected
+	}
+	return evFailed
+}
+
+// sleep waits for d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func openResource(spec lineSpec) (resourceClient, error) {
+	switch spec.Workload {
+	case "register":
+		return newRegisterClient(spec), nil
+	default:
+		return openSQLClient(spec)
+	}
+}
+
+// runProcessWorker is the body of a worker process: its configuration
+// comes from the environment, its events go to stdout as JSON lines.
+func runProcessWorker(ctx context.Context) error {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envWorkerConf)), &cfg); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	var mu sync.Mutex
+	enc := json.NewEncoder(os.Stdout)
+	return runWorker(ctx, cfg, nil, func(ev event) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(ev)
+	})
+}
+
+// ---- register: an in-memory set behind guard's HTTP middleware ----
+
+// register is the server side of one register line: a set of elements,
+// and the history of the writes it applied.
+type register struct {
+	mu      sync.Mutex
+	elems   []int64
+	history []applied
+}
+
+type registerBody struct {
+	Elems []int64 `json:"elems"`
+	Add   int64   `json:"add"`
+}
+
+// ServeHTTP reads the set (GET) or replaces it (PUT), recording the
+// token of every write. It does not check tokens: in guarded mode the
+// middleware in front of it does.
+func (r *register) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch req.Method {
+	case http.MethodGet:
+		r.mu.Lock()
+		body := registerBody{Elems: slices.Clone(r.elems)}
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(body)
+	case http.MethodPut:
+		tok, err := guard.TokenFromHeader(req.Header)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var body registerBody
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.elems = body.Elems
+		r.history = append(r.history, applied{Token: tok.Revision, Elem: body.Add})
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (r *register) snapshot() (history []applied, final []int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.history), slices.Clone(r.elems)
+}
+
+// registerClient reaches a register over HTTP, sending the token in the
+// Fencing-Token header (guard.Transport) in both modes.
+type registerClient struct {
+	url string
+	tr  *http.Transport
+	cli *http.Client
+}
+
+func newRegisterClient(spec lineSpec) *registerClient {
+	tr := &http.Transport{}
+	return &registerClient{url: spec.URL, tr: tr, cli: &http.Client{Transport: &guard.Transport{Base: tr}}}
+}
+
+func (c *registerClient) claim(context.Context, fence.Token) error { return nil }
+
+func (c *registerClient) do(ctx context.Context, tok fence.Token, method string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(fence.NewContext(ctx, tok), method, c.url, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.cli.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == guard.StatusRejected {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %w", method, errRejected)
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s: %s", method, resp.Status, b)
+	}
+	return resp, nil
+}
+
+// read reads the set. In guarded mode every method is fenced, so the
+// first read of a new holder raises the mark (as guard.Claim would): an
+// older holder's write can no longer land between this read and the
+// write based on it.
+func (c *registerClient) read(ctx context.Context, tok fence.Token) ([]int64, error) {
+	resp, err := c.do(ctx, tok, http.MethodGet, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body registerBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	return body.Elems, nil
+}
+
+func (c *registerClient) write(ctx context.Context, tok fence.Token, elems []int64, add int64) error {
+	b, err := json.Marshal(registerBody{Elems: elems, Add: add})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, tok, http.MethodPut, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+func (c *registerClient) close() { c.tr.CloseIdleConnections() }
+
+// ---- sql: a row holding a set, written through sqlguard ----
+
+// sqlTables names the tables of one SQL workload.
+type sqlTables struct {
+	Set, Log, Fence, Requests string
+}
+
+// sqlClient reads and writes one resource's row. In guarded mode the
+// holder claims the resource after acquiring and fences every write
+// transaction (sqlguard.Guard.RunTx); unguarded, it runs the same
+// transaction without the fence.
+type sqlClient struct {
+	spec lineSpec
+	db   *sql.DB
+	g    *sqlguard.Guard
+}
+
+func openSQLClient(spec lineSpec) (*sqlClient, error) {
+	db, err := sql.Open(spec.Driver, spec.DSN)
+	if err != nil {
+		return nil, err
+	}
+	g, err := sqlguard.New(spec.Dialect, sqlguard.WithTable(spec.Tables.Fence), sqlguard.WithRequestTable(spec.Tables.Requests))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &sqlClient{spec: spec, db: db, g: g}, nil
+}
+
+// q rewrites "?" placeholders for the dialect.
+func q(d sqlguard.Dialect, query string) string {
+	if d != sqlguard.PostgreSQL {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func sqlErr(err error) error {
+	if errors.Is(err, sqlguard.ErrStale) || errors.Is(err, sqlguard.ErrWrongLock) {
+		return fmt.Errorf("%w: %w", errRejected, err)
+	}
+	return err
+}
+
+func (c *sqlClient) claim(ctx context.Context, tok fence.Token) error {
+	if !c.spec.Guarded {
+		return nil
+	}
+	return sqlErr(c.g.Claim(ctx, c.db, tok, c.spec.Resource))
+}
+
+func (c *sqlClient) read(ctx context.Context, _ fence.Token) ([]int64, error) {
+	var s string
+	err := c.db.QueryRowContext(ctx, q(c.spec.Dialect, "SELECT elems FROM "+c.spec.Tables.Set+" WHERE resource = ?"), c.spec.Resource).Scan(&s)
+	if err != nil {
+		return nil, err
+	}
+	return parseElems(s)
+}
+
+func (c *sqlClient) write(ctx context.Context, tok fence.Token, elems []int64, add int64) error {
+	d, t := c.spec.Dialect, c.spec.Tables
+	body := func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, q(d, "UPDATE "+t.Set+" SET elems = ?, ver = ver + 1 WHERE resource = ?"), formatElems(elems), c.spec.Resource); err != nil {
+			return err
+		}
+		var ver int64
+		if err := tx.QueryRowContext(ctx, q(d, "SELECT ver FROM "+t.Set+" WHERE resource = ?"), c.spec.Resource).Scan(&ver); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, q(d, "INSERT INTO "+t.Log+" (resource, ver, token, elem) VALUES (?, ?, ?, ?)"), c.spec.Resource, ver, tok.Revision, add)
+		return err
+	}
+	if c.spec.Guarded {
+		return sqlErr(c.g.RunTx(ctx, c.db, nil, tok, []string{c.spec.Resource}, body))
+	}
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := body(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func (c *sqlClient) close() { c.db.Close() }
+
+func formatElems(elems []int64) string {
+	parts := make([]string, len(elems))
+	for i, e := range elems {
+		parts[i] = strconv.FormatInt(e, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseElems(s string) ([]int64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	elems := make([]int64, len(parts))
+	for i, p := range parts {
+		e, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("elems %q: %w", s, err)
+		}
+		elems[i] = e
+	}
+	return elems, nil
+}
