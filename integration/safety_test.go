@@ -359,7 +359,6 @@ type line struct {
 
 // workload builds the guarded and unguarded lines of one resource kind.
 type workload struct {
-	name  string
 	setup func(ctx context.Context, env *phaseEnv) (lines []line, cleanup func())
 }
 

@@ -18,7 +18,7 @@ import (
 // behind guard's middleware (every method fenced, marks in a
 // guard.MemoryStore), one without.
 func registerWorkload() workload {
-	return workload{name: "register", setup: func(_ context.Context, env *phaseEnv) ([]line, func()) {
+	return workload{setup: func(_ context.Context, env *phaseEnv) ([]line, func()) {
 		t := env.t
 		g, err := guard.New(guard.NewMemoryStore())
 		if err != nil {
@@ -54,7 +54,7 @@ func registerWorkload() workload {
 // written through sqlguard. Tables are named uniquely per phase and dropped
 // afterwards.
 func sqlWorkload(name, driver, dsn string) workload {
-	return workload{name: "sql-" + name, setup: func(ctx context.Context, env *phaseEnv) ([]line, func()) {
+	return workload{setup: func(ctx context.Context, env *phaseEnv) ([]line, func()) {
 		t := env.t
 		if name == "sqlite" {
 			dsn = "file:" + filepath.Join(env.dir, "safety.db") +
@@ -109,9 +109,12 @@ func sqlWorkload(name, driver, dsn string) workload {
 			cleanup()
 			t.Fatalf("migrate %s: %v", name, err)
 		}
+		// Name the workload after the server that answered (MariaDB
+		// behind a MySQL DSN says so).
+		wname := "sql-" + d.String()
 		var lines []line
 		for _, guarded := range []bool{true, false} {
-			spec := lineSpec{Workload: "sql-" + name, Guarded: guarded, Driver: driver, DSN: dsn, Dialect: d, Tables: tables}
+			spec := lineSpec{Workload: wname, Guarded: guarded, Driver: driver, DSN: dsn, Dialect: d, Tables: tables}
 			spec.Lock = spec.Workload + "-" + spec.mode()
 			spec.Resource = env.run + "-" + spec.mode()
 			if _, err := db.ExecContext(ctx, q(d, "INSERT INTO "+tables.Set+" (resource, elems, ver) VALUES (?, '', 0)"), spec.Resource); err != nil {

@@ -1,0 +1,212 @@
+//go:build unix
+
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/integration/faults"
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/lease"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	faults.ServeWorker(map[string]faults.WorkerFunc{"ticker": ticker})
+	goleak.VerifyTestMain(m)
+}
+
+// ticker prints a line every 10 ms until it is stopped.
+func ticker(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Println("stopped")
+			return nil
+		case <-t.C:
+			fmt.Println("tick")
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) ticks() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.b.String(), "tick")
+}
+
+func TestPause(t *testing.T) {
+	var out lockedBuffer
+	w, err := faults.StartWorker("ticker", nil, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "first ticks", func() bool { return out.ticks() > 2 })
+
+	p := faults.Pause(w)
+	if got := p.Kind(); got != faults.KindPause {
+		t.Errorf("Kind = %q, want %q", got, faults.KindPause)
+	}
+	if err := p.Inject(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // output in flight
+	before := out.ticks()
+	time.Sleep(300 * time.Millisecond)
+	if got := out.ticks(); got != before {
+		t.Errorf("a stopped worker ticked %d times", got-before)
+	}
+	if err := p.Heal(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ticks after resume", func() bool { return out.ticks() > before+2 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if err := p.Inject(context.Background()); !errors.Is(err, faults.ErrNoTarget) {
+		t.Errorf("Inject after exit = %v, want ErrNoTarget", err)
+	}
+}
+
+func TestStopPausedWorker(t *testing.T) {
+	w, err := faults.StartWorker("ticker", nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := faults.Pause(w).Inject(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		t.Errorf("Stop of a paused worker: %v", err)
+	}
+}
+
+func TestRevokeHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	admin := etcdtest.Client(t, c)
+	locks, err := lease.New(etcdtest.Client(t, c), lease.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	a, err := locks.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := locks.Acquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := faults.RevokeHolder(admin, faults.LockPrefix(lease.DefaultPrefix, "a"))
+	if err := faults.Apply(ctx, rev, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Both locks hang on the same session lease.
+	for _, l := range []*lease.Lease{a, b} {
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still held after its lease was revoked", l.Name())
+		}
+		if err := l.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("%s ended with %v, want ErrLost", l.Name(), err)
+		}
+	}
+	if err := rev.Inject(ctx); !errors.Is(err, faults.ErrNoTarget) {
+		t.Errorf("second Inject = %v, want ErrNoTarget", err)
+	}
+}
+
+func TestKillLeaderAndCrashMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := etcdtest.StartCluster(t, 3)
+	members := make([]faults.Member, len(c.Members))
+	for i, m := range c.Members {
+		members[i] = m
+	}
+	old := c.Leader()
+	kill := faults.KillLeader(members...)
+	if err := kill.Inject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Members[old].Running() {
+		t.Fatalf("leader m%d still running", old)
+	}
+	if err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if now := c.Leader(); now == old || now < 0 {
+		t.Errorf("leader after kill = %d, was %d", now, old)
+	}
+	if err := kill.Inject(ctx); err == nil {
+		t.Error("a second Inject before Heal succeeded")
+	}
+	if err := kill.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Members[old].Running() {
+		t.Errorf("m%d not restarted by Heal", old)
+	}
+
+	crash := faults.CrashMember(c.Members[old])
+	if err := faults.Apply(ctx, crash, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Members[old].Running() {
+		t.Errorf("m%d not restarted", old)
+	}
+	// The cluster still serves.
+	cli := etcdtest.Client(t, c)
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Errorf("put after faults: %v", err)
+	}
+}
+
+func TestNetworkFaultsWithoutProxies(t *testing.T) {
+	for _, f := range []faults.Fault{faults.Partition(), faults.LostReplies(), faults.SlowLink(time.Second)} {
+		if err := f.Inject(context.Background()); !errors.Is(err, faults.ErrNoTarget) {
+			t.Errorf("%s with no proxies: Inject = %v, want ErrNoTarget", f.Kind(), err)
+		}
+		if err := f.Heal(context.Background()); err != nil {
+			t.Errorf("%s: Heal = %v", f.Kind(), err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
