@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -114,7 +115,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 
 // ValidateName returns nil for a usable lock name, and an error matching
 // ErrInvalidName otherwise: names are 1 to MaxNameLen bytes of UTF-8 with
-// no "/" and no control characters.
+// no "/" and no control characters (C0, DEL and C1).
 func ValidateName(name string) error {
 	switch {
 	case name == "":
@@ -127,7 +128,7 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: %q contains \"/\"", ErrInvalidName, name)
 	}
 	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
+		if unicode.IsControl(r) {
 			return fmt.Errorf("%w: %q contains a control character", ErrInvalidName, name)
 		}
 	}

@@ -70,6 +70,9 @@ func (l *Lease) OwnerDigest() string { return l.owner.Digest() }
 // Acquired returns when the lock was acquired.
 func (l *Lease) Acquired() time.Time { return l.acquired }
 
+// GoString is String, so that %#v does not print the owner token.
+func (l *Lease) GoString() string { return l.String() }
+
 // String describes the lease without revealing its owner token.
 func (l *Lease) String() string {
 	if l == nil {
@@ -149,8 +152,8 @@ func (l *Lease) end(err error) {
 	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
 	if errors.Is(err, ErrLost) {
 		l.c.met.losses.WithLabelValues(lossCause(err)).Inc()
-		l.c.log.Warn("lease lost", l.attrs(), slog.String("cause", errors.Unwrap(err).Error()),
-			slog.Duration("held", time.Since(l.acquired)))
+		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
+			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
 }
 
@@ -161,8 +164,10 @@ func (l *Lease) lose(cause error) {
 	l.end(&LostError{Fence: l.Fence(), Cause: cause})
 }
 
-func (l *Lease) attrs() slog.Attr {
-	return slog.Group("lease", logattr.Lock(l.name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev))
+// attrs are the fields every record about this lease carries, the same as
+// the "lease acquired" record's, so records join on them.
+func (l *Lease) attrs() []slog.Attr {
+	return []slog.Attr{logattr.Lock(l.name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev)}
 }
 
 // forget stops the watch from tracking l.
@@ -439,7 +444,7 @@ func (l *Lease) logResult(op, result string, err error) {
 	if op == "renew" && err == nil {
 		level = slog.LevelDebug
 	}
-	attrs := []slog.Attr{l.attrs(), logattr.Outcome(result)}
+	attrs := append(l.attrs(), logattr.Outcome(result))
 	if err != nil {
 		level = slog.LevelWarn
 		attrs = append(attrs, slog.String("error", err.Error()))

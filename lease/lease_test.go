@@ -514,7 +514,7 @@ func TestValidation(t *testing.T) {
 
 	c := newClient(t, cli)
 	ctx := ctxT(t, 10*time.Second)
-	for _, name := range []string{"", "a/b", strings.Repeat("x", lease.MaxNameLen+1), "bad\x00", "bad\n", string([]byte{0xff})} {
+	for _, name := range []string{"", "a/b", strings.Repeat("x", lease.MaxNameLen+1), "bad\x00", "bad\n", "bad\u0085", string([]byte{0xff})} {
 		_, err := c.Acquire(ctx, name)
 		require.ErrorIs(t, err, lease.ErrInvalidName, "name %q", name)
 		_, err = c.TryAcquire(ctx, name)
@@ -562,6 +562,7 @@ func TestLogsCarryDigestsOnly(t *testing.T) {
 	assert.NotContains(t, metricsText, "secret-lock", "metrics carry no lock names")
 	assert.NotContains(t, out, "secret-lock", "logs carry a hash of the lock name")
 	assert.NotContains(t, l.String(), tok)
+	assert.NotContains(t, fmt.Sprintf("%v %+v %#v %s", l, l, l, l), tok)
 	assert.NotContains(t, l.Err().Error(), tok)
 }
 
