@@ -657,7 +657,7 @@ func benchSQL(b *testing.B, name, driver, dsn string, tok fence.Token) {
 			i++
 			u := sqlguard.RowUpdate{Table: "bench_accounts", Column: "fence",
 				Set:   []sqlguard.Assign{{Column: "balance", Value: i}},
-				Where: "id = " + ph(1), WhereArgs: []any{1}}
+				Where: "id = " + ph(1), WhereArgs: []any{1}, Single: true}
 			if _, err := g.Update(ctx, db, tok, u); err != nil {
 				b.Fatal(err)
 			}

@@ -39,6 +39,14 @@ type RowUpdate struct {
 	Where string
 	// WhereArgs are Where's parameters.
 	WhereArgs []any
+	// Single promises that Where selects at most one row, as a lookup by
+	// primary key does. Update then sends one guarded UPDATE, in no
+	// transaction of its own, and reads the row back only when that
+	// statement changes nothing, to tell stale from missing: the cost of a
+	// plain UPDATE in the common case. If Where selects several rows
+	// anyway, each is fenced on its own (the rows not newer than the token
+	// are updated) and the all-or-nothing refusal is lost.
+	Single bool
 }
 
 // Update runs u with tok in row-column mode. It sets u.Column to
@@ -57,7 +65,7 @@ type RowUpdate struct {
 // highest fence found) when a row is newer, in which case some other rows
 // may already be updated and the transaction must be rolled back;
 // *RetryableError; the context's error. q may be a *sql.DB, in which case
-// Update runs in a transaction of its own.
+// Update runs in a transaction of its own, unless u.Single is set.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
 	n, err := g.updateRows(ctx, q, tok, u)
 	return n, g.decided(ctx, "update", err)
@@ -84,6 +92,9 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 	if q == nil {
 		return 0, fmt.Errorf("%w: update: nil DBTX", ErrInvalid)
 	}
+	if u.Single {
+		return g.updateSingle(ctx, q, tok, u, table, col, sets)
+	}
 	var n int64
 	err = g.inTx(ctx, q, func(q DBTX) error {
 		var err error
@@ -94,6 +105,64 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 }
 
 func (g *Guard) update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+	query, args := g.updateStmt(tok, u, table, col, sets)
+	if _, err := q.ExecContext(ctx, query, args...); err != nil {
+		return 0, g.wrapErr(ctx, "update "+u.Table, err)
+	}
+	// Classify with a locking read of every targeted row. The affected
+	// count alone cannot tell stale from missing, nor (on MySQL without
+	// clientFoundRows) an unchanged row from a refused one, nor a partial
+	// multi-row update.
+	return g.verifyRows(ctx, q, tok, u.Table, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")"+g.lockingRead(), u.WhereArgs)
+}
+
+// updateSingle is Update for a Where that selects at most one row: one
+// guarded statement, and a read only when it changed nothing.
+func (g *Guard) updateSingle(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+	query, args := g.updateStmt(tok, u, table, col, sets)
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, g.wrapErr(ctx, "update "+u.Table, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		return n, nil
+	}
+	// Nothing changed: the row is missing, newer, or (MySQL without
+	// clientFoundRows) already held these values under this very token.
+	rows, err := q.QueryContext(ctx, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")", u.WhereArgs...)
+	if err != nil {
+		return 0, g.wrapErr(ctx, "verify "+u.Table, err)
+	}
+	defer rows.Close()
+	var n, newest, oldest int64
+	for rows.Next() {
+		var f sql.NullInt64
+		if err := rows.Scan(&f); err != nil {
+			return 0, g.wrapErr(ctx, "verify "+u.Table, err)
+		}
+		if n == 0 || f.Int64 < oldest {
+			oldest = f.Int64
+		}
+		newest = max(newest, f.Int64)
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, g.wrapErr(ctx, "verify "+u.Table, err)
+	}
+	switch {
+	case n == 0:
+		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, u.Table)
+	case newest > tok.Revision:
+		return 0, &StaleError{Resource: u.Table, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+	case oldest < tok.Revision:
+		// The UPDATE would have raised it: the row appeared after it ran.
+		return 0, fmt.Errorf("%w: no row in %s matched when the update ran", ErrNotFound, u.Table)
+	}
+	return n, nil
+}
+
+// updateStmt builds the guarded UPDATE of u.
+func (g *Guard) updateStmt(tok fence.Token, u RowUpdate, table, col string, sets []string) (string, []any) {
 	var b strings.Builder
 	var args []any
 	b.WriteString("UPDATE " + table + " SET ")
@@ -118,14 +187,7 @@ func (g *Guard) update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate
 		b.WriteString("?")
 	}
 	b.WriteString(" OR " + col + " IS NULL)")
-	if _, err := q.ExecContext(ctx, b.String(), args...); err != nil {
-		return 0, g.wrapErr(ctx, "update "+u.Table, err)
-	}
-	// Classify with a locking read of every targeted row. The affected
-	// count alone cannot tell stale from missing, nor (on MySQL without
-	// clientFoundRows) an unchanged row from a refused one, nor a partial
-	// multi-row update.
-	return g.verifyRows(ctx, q, tok, u.Table, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")"+g.lockingRead(), u.WhereArgs)
+	return b.String(), args
 }
 
 func (g *Guard) verifyRows(ctx context.Context, q DBTX, tok fence.Token, name, query string, args []any) (int64, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,37 +35,51 @@ func (e *env) row(table, id string) (val string, fenceVal int64) {
 }
 
 func (e *env) update(tk int64, table, val, where string, args ...any) (int64, error) {
-	return e.g.Update(context.Background(), e.db, tok(tk), sqlguard.RowUpdate{
-		Table: table, Set: []sqlguard.Assign{{Column: "val", Value: val}}, Where: where, WhereArgs: args})
+	return e.updateSingle(false, tk, table, val, where, args...)
 }
 
-// T1-T4, T6, T7 in row-column mode.
+func (e *env) updateSingle(single bool, tk int64, table, val, where string, args ...any) (int64, error) {
+	return e.g.Update(context.Background(), e.db, tok(tk), sqlguard.RowUpdate{
+		Table: table, Set: []sqlguard.Assign{{Column: "val", Value: val}}, Where: where, WhereArgs: args, Single: single})
+}
+
+// T1-T4, T6, T7 in row-column mode, through the verified transaction and
+// through the one-statement Single path.
 func TestRowUpdate(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		items := e.items()
+		for _, single := range []bool{false, true} {
+			testRowUpdate(t, e, single)
+		}
+	})
+}
+
+func testRowUpdate(t *testing.T, e *env, single bool) {
+	t.Logf("Single: %v", single)
+	{
+		items := e.table(fmt.Sprintf("items_single_%v", single), "id KEY, val TEXT, n BIGINT NOT NULL DEFAULT 0, fence BIGINT DEFAULT 0")
 		if err := e.g.CheckColumn(context.Background(), e.db, items, ""); err != nil {
 			t.Fatalf("CheckColumn: %v", err)
 		}
 		e.exec("INSERT INTO " + items + " (id, val, fence) VALUES ('a', 'init', 0), ('n', 'init', NULL)")
 		idIs := "id = " + e.ph(1)
 
-		if _, err := e.update(5, items, "x", idIs, "missing"); !errors.Is(err, sqlguard.ErrNotFound) || errors.Is(err, sqlguard.ErrStale) {
+		if _, err := e.updateSingle(single, 5, items, "x", idIs, "missing"); !errors.Is(err, sqlguard.ErrNotFound) || errors.Is(err, sqlguard.ErrStale) {
 			t.Fatalf("missing row (T1/T7): got %v, want ErrNotFound", err)
 		}
-		if n, err := e.update(5, items, "v5", idIs, "a"); err != nil || n != 1 {
+		if n, err := e.updateSingle(single, 5, items, "v5", idIs, "a"); err != nil || n != 1 {
 			t.Fatalf("first write: %d, %v", n, err)
 		}
 		// Equal token with identical values: MySQL reports 0 changed rows
 		// without clientFoundRows.
 		for range 2 {
-			if n, err := e.update(5, items, "v5", idIs, "a"); err != nil || n != 1 {
+			if n, err := e.updateSingle(single, 5, items, "v5", idIs, "a"); err != nil || n != 1 {
 				t.Fatalf("equal token, same value (T3): %d, %v", n, err)
 			}
 		}
-		if _, err := e.update(7, items, "v7", idIs, "a"); err != nil {
+		if _, err := e.updateSingle(single, 7, items, "v7", idIs, "a"); err != nil {
 			t.Fatalf("newer: %v", err)
 		}
-		_, err := e.update(6, items, "v6", idIs, "a")
+		_, err := e.updateSingle(single, 6, items, "v6", idIs, "a")
 		var se *sqlguard.StaleError
 		if !errors.As(err, &se) || se.Current.Revision != 7 || se.Resource != items {
 			t.Fatalf("older (T4): got %v, want *StaleError current 7", err)
@@ -73,13 +88,13 @@ func TestRowUpdate(t *testing.T) {
 			t.Fatalf("row after stale: %q/%d, want v7/7", v, f)
 		}
 		// T6: a NULL fence counts as 0.
-		if _, err := e.update(1, items, "vn", idIs, "n"); err != nil {
+		if _, err := e.updateSingle(single, 1, items, "vn", idIs, "n"); err != nil {
 			t.Fatalf("NULL fence (T6): %v", err)
 		}
 		if v, f := e.row(items, "n"); v != "vn" || f != 1 {
 			t.Fatalf("row n: %q/%d", v, f)
 		}
-	})
+	}
 }
 
 // T8, T28: a multi-row update with one newer row is refused as a whole

@@ -136,7 +136,7 @@ func run() error {
 		_, err := sg.Update(ctx, db, tok, sqlguard.RowUpdate{
 			Table: "accounts", Column: "fence",
 			Set:   []sqlguard.Assign{{Column: "balance", Value: balance}},
-			Where: "id = ?", WhereArgs: []any{42},
+			Where: "id = ?", WhereArgs: []any{42}, Single: true,
 		})
 		return err
 	}
@@ -182,7 +182,7 @@ func run() error {
 	err = write("A", a.Fence(), -100)
 	var rej *guard.RejectedError
 	if !errors.As(err, &rej) || !errors.Is(err, fence.ErrStale) {
-		return fmt.Errorf("A's late write was not refused as stale: %v", err)
+		return fmt.Errorf("worker A's late write was not refused as stale: %v", err)
 	}
 	fmt.Printf("A's late write -100 refused: token %d is older than the account's mark %d\n",
 		rej.Token.Revision, rej.Mark.Revision)
@@ -190,14 +190,14 @@ func run() error {
 	err = setBalance(a.Fence(), 0)
 	var stale *sqlguard.StaleError
 	if !errors.As(err, &stale) {
-		return fmt.Errorf("A's late UPDATE was not refused by the database: %v", err)
+		return fmt.Errorf("worker A's late UPDATE was not refused by the database: %v", err)
 	}
 	fmt.Printf("A's late UPDATE refused by SQLite: token %d is older than the row's fence %d\n",
 		stale.Token.Revision, stale.Current.Revision)
 
 	err = retryUnknown(ctx, a.Release)
 	if !errors.Is(err, lease.ErrNotOwner) {
-		return fmt.Errorf("A's stale release: want not owner, got %v", err)
+		return fmt.Errorf("worker A's stale release: want not owner, got %v", err)
 	}
 	fmt.Println("A's release: not owner (B holds the lock; nothing of B's was touched)")
 
@@ -207,7 +207,7 @@ func run() error {
 	}
 	fmt.Println("B released")
 	if err := retryUnknown(ctx, a.Release); !errors.Is(err, lease.ErrNotFound) {
-		return fmt.Errorf("A's release after B: want not found, got %v", err)
+		return fmt.Errorf("worker A's release after B: want not found, got %v", err)
 	}
 	fmt.Println("A's release again: not found (nobody holds it)")
 
