@@ -32,6 +32,7 @@ const (
 // nemesis injects the faults of one phase and counts them per line.
 type nemesis struct {
 	t       *testing.T
+	phase   int // index of the phase
 	rec     *recorder
 	admin   *clientv3.Client // not behind a proxy
 	cluster *embedetcd.Cluster
@@ -105,7 +106,9 @@ func (n *nemesis) pick(proc bool) []*workerRT {
 // etcd, one fault at a time, until ctx ends.
 func (n *nemesis) processFaults(ctx context.Context) {
 	kinds := []string{faults.KindPause, faults.KindPartition, faults.KindLostReplies, faults.KindPause, faults.KindDelay}
-	for i := 0; ctx.Err() == nil; i++ {
+	// Each phase starts elsewhere in the rotation, so that short phases
+	// still cover every kind between them.
+	for i := 3 * n.phase; ctx.Err() == nil; i++ {
 		var (
 			f    faults.Fault
 			hold time.Duration
@@ -129,7 +132,7 @@ func (n *nemesis) processFaults(ctx context.Context) {
 // writers, until ctx ends.
 func (n *nemesis) leaseFaults(ctx context.Context) {
 	kinds := []string{faults.KindRevoke, faults.KindSlowWriter, faults.KindDeleteKey}
-	for i := 0; ctx.Err() == nil; i++ {
+	for i := n.phase; ctx.Err() == nil; i++ {
 		switch kinds[i%len(kinds)] {
 		case faults.KindRevoke:
 			n.revoke(ctx)

@@ -31,7 +31,7 @@ const (
 
 // defaultRun is the time the phases of TestSafety run for, in total,
 // without FENCEKIT_SOAK. Setup and teardown add a few seconds.
-const defaultRun = 28 * time.Second
+const defaultRun = 26 * time.Second
 
 // Workers per phase: in-process workers can be slowed (slow-writer),
 // worker processes can be paused; all can be partitioned.
@@ -239,33 +239,36 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 			t.Fatalf("start worker process: %v", err)
 		}
 	}
+	var stopOnce sync.Once
 	stopProcs := func() {
-		for _, w := range workers {
-			if w.proc == nil {
-				continue
+		stopOnce.Do(func() {
+			for _, w := range workers {
+				if w.proc == nil {
+					continue
+				}
+				sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				if err := w.proc.Stop(sctx); err != nil {
+					t.Errorf("worker process %d: %v; stderr:\n%s", w.id, err, w.stderr.String())
+				} else if s := w.stderr.String(); s != "" {
+					t.Logf("worker process %d stderr:\n%s", w.id, s)
+				}
+				cancel()
+				if bad := w.events.garbage(); len(bad) > 0 {
+					t.Errorf("worker process %d wrote lines that are not events: %q", w.id, bad)
+				}
 			}
-			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			if err := w.proc.Stop(sctx); err != nil {
-				t.Errorf("worker process %d: %v; stderr:\n%s", w.id, err, w.stderr.String())
-			} else if s := w.stderr.String(); s != "" {
-				t.Logf("worker process %d stderr:\n%s", w.id, s)
-			}
-			cancel()
-			if bad := w.events.garbage(); len(bad) > 0 {
-				t.Errorf("worker process %d wrote lines that are not events: %q", w.id, bad)
-			}
-		}
+		})
 	}
 	defer func() {
 		if !t.Failed() {
 			return
 		}
 		stopWorkers()
-		stopProcs() // idempotent enough: Stop again returns the exit error
+		stopProcs()
 	}()
 
 	// Nemeses, for dur.
-	n := &nemesis{t: t, rec: rec, admin: admin, cluster: cluster, workers: workers, lines: lines, counts: make([]map[string]int, len(lines))}
+	n := &nemesis{t: t, phase: idx, rec: rec, admin: admin, cluster: cluster, workers: workers, lines: lines, counts: make([]map[string]int, len(lines))}
 	for i := range n.counts {
 		n.counts[i] = map[string]int{}
 	}
