@@ -311,9 +311,9 @@ func TestLossIsSignalled(t *testing.T) {
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(key string, id clientv3.LeaseID)
-		cause []error
+		cause  []error
 	}{
 		{"deleted", func(key string, _ clientv3.LeaseID) { cli.Delete(ctx, key) }, []error{lease.ErrKeyDeleted}},
 		{"overwritten", func(key string, _ clientv3.LeaseID) { cli.Put(ctx, key, "someone-else#1") }, []error{lease.ErrKeyOverwritten}},

@@ -27,10 +27,10 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix   string
-	ttl      time.Duration
-	margin   time.Duration
-	logger   *slog.Logger
+	prefix     string
+	ttl        time.Duration
+	margin     time.Duration
+	logger     *slog.Logger
 	instance   string
 	registerer prometheus.Registerer
 }
