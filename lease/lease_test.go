@@ -657,3 +657,44 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	}
 	return 0
 }
+
+// TestLostAcquireReplyLeavesNoOrphan drops etcd's reply to an Acquire's
+// write: the caller gives up, the record it may have written cannot be
+// deleted at that moment, and the Client deletes it in the background once
+// etcd answers again, so it never blocks the queue.
+func TestLostAcquireReplyLeavesNoOrphan(t *testing.T) {
+	cl := etcdtest.Start(t)
+	direct := etcdtest.Client(t, cl)
+	p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
+	require.NoError(t, err)
+	defer p.Close()
+	viaProxy := etcdtest.Client(t, cl, p.URL())
+	c := newClient(t, viaProxy, lease.WithTTL(3*time.Second))
+	ctx := ctxT(t, 30*time.Second)
+
+	// Grant the session first, so only the record's write is in flight.
+	l, err := c.Acquire(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+
+	p.DropReplies()
+	errc := make(chan error, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := c.Acquire(actx, "orphan")
+		errc <- err
+	}()
+	waitRecords(t, direct, "orphan", 1) // the write reached etcd, its reply did not
+	p.Pause()                           // and the Client's clean-up cannot reach etcd now
+	require.ErrorIs(t, <-errc, context.DeadlineExceeded)
+	assert.Len(t, records(t, direct, "orphan"), 1, "the record outlived the failed Acquire")
+	p.Resume()
+	p.ResetConns()
+
+	other := newClient(t, direct)
+	got, err := other.Acquire(ctx, "orphan") // waits for the background delete
+	require.NoError(t, err)
+	require.NoError(t, got.Release(ctx))
+	assert.Empty(t, records(t, direct, "orphan"))
+}
