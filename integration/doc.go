@@ -59,7 +59,7 @@
 // # Duration
 //
 // The run is time-boxed, not op-counted, so the race detector slows the
-// ops but not the test: about 30 s by default. Set FENCEKIT_SOAK to a Go
+// ops but not the test: about 35 s by default (26 s of faults). Set FENCEKIT_SOAK to a Go
 // duration to run longer, for example
 //
 //	FENCEKIT_SOAK=10m go test ./integration -run TestSafety -count=1 -v -timeout 30m
