@@ -318,15 +318,9 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 	}
 }
 
-// closeCluster stops the followers first, then the leader. Closing all
-// members at once makes the leader try to hand leadership to a member that
-// is going away, which costs etcd's request timeout (5 s).
+// closeCluster stops the cluster (Close stops the followers before the
+// leader) and waits for its server connections to go.
 func closeCluster(c *embedetcd.Cluster) {
-	for _, m := range c.Members {
-		if !m.IsLeader() {
-			m.Stop()
-		}
-	}
 	c.Close()
 	waitServerConns(10 * time.Second)
 }

@@ -289,12 +289,21 @@ func (c *Cluster) agreedLeader() bool {
 	return lead != 0
 }
 
-// Close stops every member. The data directories stay under Config.Dir for
-// the caller to remove.
+// Close stops every member: the followers first, then the leader, so the
+// leader does not try to hand leadership to a member that is going away.
+// The data directories stay under Config.Dir for the caller to remove.
 func (c *Cluster) Close() {
 	var wg sync.WaitGroup
+	var leader *Member
 	for _, m := range c.Members {
+		if m.IsLeader() {
+			leader = m
+			continue
+		}
 		wg.Go(m.Stop)
 	}
 	wg.Wait()
+	if leader != nil {
+		leader.Stop()
+	}
 }
