@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/fencekit/fencekit/integration/faults"
 	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/internal/etcdtest"
 )
 
 // Environment variables.
@@ -322,21 +322,7 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 // leader) and waits for its server connections to go.
 func closeCluster(c *embedetcd.Cluster) {
 	c.Close()
-	waitServerConns(10 * time.Second)
-}
-
-// waitServerConns waits, up to limit, until no connection of the stopped
-// etcd servers is still being read: etcd serves them through cmux with a
-// read deadline (5 s for peers) that can outlast Close by a few seconds
-// after members were crashed and restarted, and goleak would report them.
-func waitServerConns(limit time.Duration) {
-	buf := make([]byte, 1<<20)
-	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		n := runtime.Stack(buf, true)
-		if !bytes.Contains(buf[:n], []byte("soheilhy/cmux")) {
-			return
-		}
-	}
+	etcdtest.WaitServerConns(10 * time.Second)
 }
 
 // phaseEnv is what workloads need to set up their resources in a phase.

@@ -2,7 +2,9 @@
 package etcdtest
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -40,4 +42,19 @@ func Client(t testing.TB, c *embedetcd.Cluster, endpoints ...string) *clientv3.C
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// WaitServerConns waits, up to limit, until no connection of a stopped
+// embedded etcd server is still being read. etcd serves connections through
+// cmux with read deadlines (5 s for peers) that can outlast Close by a few
+// seconds after members were crashed and restarted; a leak check run
+// before they end would report them.
+func WaitServerConns(limit time.Duration) {
+	buf := make([]byte, 1<<20)
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte("soheilhy/cmux")) {
+			return
+		}
+	}
 }
