@@ -120,6 +120,32 @@ func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, er
 		return nil, err
 	}
 	start := time.Now()
+	l, err := c.acquireOnce(ctx, name, try)
+	if errors.Is(err, errNoSession) && ctx.Err() == nil {
+		// The session was revoked or expired before the Client noticed,
+		// and nothing was written: try once more on a new session.
+		l, err = c.acquireOnce(ctx, name, try)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrHeld):
+			c.met.acquisitions.WithLabelValues("held").Inc()
+		case ctx.Err() != nil:
+			c.met.acquisitions.WithLabelValues("cancelled").Inc()
+		default:
+			c.met.acquisitions.WithLabelValues("error").Inc()
+		}
+		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
+	}
+	c.met.acquired(l.acquired.Sub(start))
+	c.log.Info("lease acquired", logattr.Lock(name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev),
+		slog.Duration("waited", l.acquired.Sub(start)))
+	return l, nil
+}
+
+// acquireOnce writes a record on the current session and waits for it to
+// reach the head of the queue.
+func (c *Client) acquireOnce(ctx context.Context, name string, try bool) (*Lease, error) {
 	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
@@ -135,24 +161,16 @@ func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, er
 	}
 	l, err := c.wait(ctx, w, val, try)
 	if err != nil {
-		switch {
-		case errors.Is(err, ErrHeld):
-			c.met.acquisitions.WithLabelValues("held").Inc()
-		case ctx.Err() != nil:
-			c.met.acquisitions.WithLabelValues("cancelled").Inc()
-		default:
-			c.met.acquisitions.WithLabelValues("error").Inc()
-		}
 		c.removeWaiter(w)
-		if !errors.Is(err, ErrHeld) {
+		switch {
+		case errors.Is(err, errNoSession):
+			c.endSession(s, ErrSessionExpired)
+		case !errors.Is(err, ErrHeld):
 			c.abandon(ctx, s, key, val)
 		}
 		c.log.Debug("lease acquire failed", logattr.Lock(name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
-		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
+		return nil, err
 	}
-	c.met.acquired(l.acquired.Sub(start))
-	c.log.Info("lease acquired", logattr.Lock(name), slog.String("owner", tok.Digest()), logattr.Fence(l.rev),
-		slog.Duration("waited", l.acquired.Sub(start)))
 	return l, nil
 }
 
@@ -289,6 +307,10 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 	}
 }
 
+// errNoSession reports that etcd refused to attach a record to the session
+// because the session lease no longer exists; the record was not written.
+var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
+
 // retryable decides what to do after a failed request while acquiring:
 // nil means try again (after a short pause), anything else is the error to
 // return.
@@ -297,7 +319,7 @@ func (c *Client) retryable(ctx context.Context, s *session, w *waiter, err error
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return ErrSessionExpired
+		return errNoSession
 	}
 	if code, ok := errCode(err); ok {
 		switch code {

@@ -698,3 +698,21 @@ func TestLostAcquireReplyLeavesNoOrphan(t *testing.T) {
 	require.NoError(t, got.Release(ctx))
 	assert.Empty(t, records(t, direct, "orphan"))
 }
+
+// TestAcquireAfterExternalRevoke: once an operator revokes the Client's
+// session, the next Acquire gets a new session instead of failing.
+func TestAcquireAfterExternalRevoke(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	c := newClient(t, cli, lease.WithTTL(5*time.Second))
+	ctx := ctxT(t, 20*time.Second)
+	for i := range 3 {
+		l, err := c.Acquire(ctx, "revoked")
+		require.NoError(t, err, "acquisition %d", i)
+		_, id := heldRecord(t, cli, "revoked")
+		_, err = cli.Revoke(ctx, id)
+		require.NoError(t, err)
+		<-l.Done()
+		require.ErrorIs(t, l.Err(), lease.ErrLost)
+	}
+}
