@@ -1,9 +1,9 @@
 package guard
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -40,17 +40,11 @@ var allOutcomes = []Outcome{Accepted, Stale, WrongLock, Missing, Malformed, Fail
 // can report to one registry. A Guard with WithResourceLabel and one
 // without cannot share a registry: the second fails to register.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	if err := reg.Register(m.decisions); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return fmt.Errorf("guard: register metrics: %w", err)
-		}
-		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return fmt.Errorf("guard: register metrics: %w", err)
-		}
-		m.decisions = existing
+	decisions, err := promreg.Register(reg, m.decisions)
+	if err != nil {
+		return fmt.Errorf("guard: register metrics: %w", err)
 	}
+	m.decisions = decisions
 	if !m.resource {
 		for _, o := range allOutcomes {
 			m.decisions.WithLabelValues(o.String())

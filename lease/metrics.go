@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,29 +56,17 @@ func newMetrics() *metrics {
 // Client already registered there is shared, so several Clients can report
 // to one registry.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	var err error
-	m.acquisitions = registerOrReuse(reg, m.acquisitions, &err)
-	m.wait = registerOrReuse(reg, m.wait, &err)
-	m.hold = registerOrReuse(reg, m.hold, &err)
-	m.results = registerOrReuse(reg, m.results, &err)
-	m.losses = registerOrReuse(reg, m.losses, &err)
-	m.duplicates = registerOrReuse(reg, m.duplicates, &err)
-	return err
-}
-
-func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
+	var errs [6]error
+	m.acquisitions, errs[0] = promreg.Register(reg, m.acquisitions)
+	m.wait, errs[1] = promreg.Register(reg, m.wait)
+	m.hold, errs[2] = promreg.Register(reg, m.hold)
+	m.results, errs[3] = promreg.Register(reg, m.results)
+	m.losses, errs[4] = promreg.Register(reg, m.losses)
+	m.duplicates, errs[5] = promreg.Register(reg, m.duplicates)
+	if err := errors.Join(errs[:]...); err != nil {
+		return fmt.Errorf("lease: register metrics: %w", err)
 	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, fmt.Errorf("lease: register metrics: %w", err))
-	return c
+	return nil
 }
 
 func lossCause(err error) string {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -79,11 +80,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Transactions RunTx or Claim ran again after a retryable error.",
 		}),
 	}
-	var err error
-	m.decisions = registerOrReuse(reg, m.decisions, &err)
-	m.retries = registerOrReuse(reg, m.retries, &err)
-	if err != nil {
-		return nil, err
+	var errs [2]error
+	m.decisions, errs[0] = promreg.Register(reg, m.decisions)
+	m.retries, errs[1] = promreg.Register(reg, m.retries)
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("sqlguard: register metrics: %w", err)
 	}
 	for _, op := range metricOps {
 		for _, o := range metricOutcomes {
@@ -91,23 +92,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-// registerOrReuse registers c on reg, or returns the collector an earlier
-// Guard registered there under the same description.
-func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, fmt.Errorf("sqlguard: register metrics: %w", err))
-	return c
 }
 
 // outcome names the result err of a decision for metrics and logs.
