@@ -188,6 +188,14 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(rpcError(err), ctx.Err()))
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
+	if ttl != c.cfg.ttl {
+		// etcd raises a TTL below its minimum without saying so; a holder
+		// would then block others longer than configured.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+		_, _ = c.etcd.Revoke(rctx, resp.ID)
+		cancel()
+		return nil, fmt.Errorf("%w: asked for %v, etcd granted %v (its minimum is 1.5 election timeouts)", ErrTTLTooShort, c.cfg.ttl, ttl)
+	}
 	s := &session{
 		id:         resp.ID,
 		ttl:        ttl,

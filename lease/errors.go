@@ -32,6 +32,10 @@ var (
 	// MaxNameLen, not UTF-8, or holds "/" or a control character.
 	ErrInvalidName = errors.New("lease: invalid lock name")
 
+	// ErrTTLTooShort reports a TTL (WithTTL) below the etcd server's
+	// minimum lease TTL, which the server would silently raise. Nothing is
+	// held; configure a longer TTL.
+	ErrTTLTooShort = errors.New("lease: TTL below the server's minimum")
 	// ErrPermissionDenied reports that etcd refused a request for lack of
 	// permission or authentication: the user needs read and write on the
 	// Client's key prefix. The request was not applied.

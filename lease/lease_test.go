@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
@@ -715,4 +716,27 @@ func TestAcquireAfterExternalRevoke(t *testing.T) {
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), lease.ErrLost)
 	}
+}
+
+// TestTTLBelowServerMinimum: etcd with default timing grants no lease
+// shorter than 2 s; asking for 1 s is refused with a typed error and
+// leaves nothing behind.
+func TestTTLBelowServerMinimum(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	cl, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), TickMs: 100, ElectionMs: 1000})
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	cli := etcdtest.Client(t, cl)
+	c := newClient(t, cli, lease.WithTTL(time.Second))
+	_, err = c.Acquire(ctx, "short")
+	require.ErrorIs(t, err, lease.ErrTTLTooShort)
+	leases, err := cli.Leases(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, leases.Leases, "the granted session is revoked")
+	assert.Empty(t, records(t, cli, "short"))
+
+	ok := newClient(t, cli, lease.WithTTL(2*time.Second))
+	l, err := ok.Acquire(ctx, "short")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
 }

@@ -54,9 +54,9 @@ func WithPrefix(prefix string) Option {
 
 // WithTTL sets the TTL of the Client's etcd session lease. etcd counts TTLs
 // in whole seconds, so d is rounded up to a whole second; it must be between
-// 1 s and 1 h. etcd may raise a TTL below its minimum (1.5 election
-// timeouts, 2 s with default server settings); the Client uses the TTL the
-// server granted. The default is DefaultTTL.
+// 1 s and 1 h. A TTL below the server's minimum (1.5 election timeouts,
+// 2 s with default server settings), which etcd would silently raise, makes
+// Acquire fail with ErrTTLTooShort. The default is DefaultTTL.
 //
 // The TTL is how long a holder that stops (crashes, pauses, is partitioned)
 // keeps others waiting, and bounds how long its critical section may run
