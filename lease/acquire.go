@@ -18,30 +18,67 @@ import (
 
 // waiter is one Acquire call between writing its record and holding the
 // lock. Its fields are guarded by mu; the Client's watch calls onDelete,
-// fail and wake.
+// onPut and wake.
+//
+// Record keys are reused (see Client.claimSlot), so the watch may deliver
+// events of an earlier record under the same key. Every event is therefore
+// judged by its revision against the creation revision of the record in
+// question: a delete counts only if it came after that record was created.
 type waiter struct {
 	key, dir, owner string
 	tok             owner.Token
 	sess            *session
 	wakec           chan struct{} // a predecessor left: re-read the queue
-	failc           chan struct{} // closed when the waiter's own record went
+	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
+	failErr         error
+	failOnce        sync.Once
 
 	mu       sync.Mutex
-	pred     string          // the record this waiter waits on; "" while reading
-	predGone bool            // the watch saw pred deleted
-	seen     map[string]bool // deletes seen while reading the queue
-	failErr  error
-	failOnce sync.Once
+	myRev    int64            // creation revision of the waiter's record; 0 until known
+	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
+	pred     string           // the record this waiter waits on; "" while reading
+	predRev  int64            // its creation revision
+	predGone bool             // the watch saw pred deleted
+	seen     map[string]int64 // latest delete revision per key seen while reading the queue
 }
 
-func (w *waiter) onDelete(key string) {
+// onDelete tells the waiter that a record of its lock was deleted at rev.
+func (w *waiter) onDelete(key string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.pred == "" {
-		w.seen[key] = true
-	} else if key == w.pred {
+	switch {
+	case key == w.key && w.myRev == 0:
+		w.ownDel = max(w.ownDel, rev)
+	case key == w.key:
+		if rev > w.myRev {
+			w.fail(ErrKeyDeleted)
+		}
+	case w.pred == "":
+		w.seen[key] = max(w.seen[key], rev)
+	case key == w.pred && rev > w.predRev:
 		w.predGone = true
 		w.wake()
+	}
+}
+
+// onPut tells the waiter that its own key was written at rev, by this
+// acquisition (mine) or by someone else.
+func (w *waiter) onPut(rev int64, mine bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !mine && w.myRev != 0 && rev > w.myRev {
+		w.fail(ErrKeyOverwritten)
+	}
+}
+
+// setMyRev records the creation revision of the waiter's record, and fails
+// the waiter if the watch already saw that record deleted.
+func (w *waiter) setMyRev(rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.myRev = rev
+	if w.ownDel > rev {
+		w.fail(ErrKeyDeleted)
 	}
 }
 
@@ -54,17 +91,19 @@ func (w *waiter) wake() {
 
 func (w *waiter) fail(err error) {
 	w.failOnce.Do(func() {
-		w.mu.Lock()
 		w.failErr = err
-		w.mu.Unlock()
 		close(w.failc)
 	})
 }
 
+// failure returns why the waiter failed, or nil.
 func (w *waiter) failure() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.failErr
+	select {
+	case <-w.failc:
+		return w.failErr
+	default:
+		return nil
+	}
 }
 
 // reading starts a queue read: deletes are remembered until setPred.
@@ -72,17 +111,17 @@ func (w *waiter) reading() {
 	w.mu.Lock()
 	w.pred = ""
 	w.predGone = false
-	w.seen = map[string]bool{}
+	w.seen = map[string]int64{}
 	w.mu.Unlock()
 }
 
-// setPred sets the record to wait on and reports whether it already left
-// during the read.
-func (w *waiter) setPred(pred string) bool {
+// setPred sets the record to wait on, created at rev, and reports whether
+// it already left during the read.
+func (w *waiter) setPred(pred string, rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.pred = pred
-	w.predGone = w.seen[pred]
+	w.pred, w.predRev = pred, rev
+	w.predGone = w.seen[pred] > rev
 	w.seen = nil
 	return w.predGone
 }
@@ -121,9 +160,14 @@ func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, er
 	}
 	start := time.Now()
 	l, err := c.acquireOnce(ctx, name, try)
-	if errors.Is(err, errNoSession) && ctx.Err() == nil {
-		// The session was revoked or expired before the Client noticed,
-		// and nothing was written: try once more on a new session.
+	for range 3 {
+		// errNoSession: the session was revoked or expired before the
+		// Client noticed, and nothing was written. errSlotTaken: someone
+		// else wrote the key this acquisition was to use. Either way,
+		// try again (on a new session, with another key).
+		if !errors.Is(err, errNoSession) && !errors.Is(err, errSlotTaken) || ctx.Err() != nil {
+			break
+		}
 		l, err = c.acquireOnce(ctx, name, try)
 	}
 	if err != nil {
@@ -152,7 +196,7 @@ func (c *Client) acquireOnce(ctx context.Context, name string, try bool) (*Lease
 	}
 	tok := c.src.New()
 	dir := c.cfg.prefix + name + "/"
-	key := fmt.Sprintf("%s%016x-%x", dir, int64(s.id), c.seq.Add(1))
+	key := c.claimSlot(s, dir)
 	val := encodeValue(tok.Value(), 1)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), tok: tok, sess: s,
 		wakec: make(chan struct{}, 1), failc: make(chan struct{})}
@@ -165,7 +209,11 @@ func (c *Client) acquireOnce(ctx context.Context, name string, try bool) (*Lease
 		switch {
 		case errors.Is(err, errNoSession):
 			c.endSession(s, ErrSessionExpired)
-		case !errors.Is(err, ErrHeld):
+		case errors.Is(err, errSlotTaken):
+			// Keep the key claimed: it is not ours to reuse.
+		case errors.Is(err, ErrHeld):
+			c.freeSlot(s, key) // nothing was written
+		default:
 			c.abandon(ctx, s, key, val)
 		}
 		c.log.Debug("lease acquire failed", logattr.Lock(name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
@@ -228,7 +276,7 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 			return c.etcd.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)).
 				Then(put, clientv3.OpGet(w.dir, queueOpts(0)...)).
-				Else(clientv3.OpGet(w.dir, append(queueOpts(0), clientv3.WithLimit(1))...)).
+				Else(clientv3.OpGet(w.dir, append(queueOpts(0), clientv3.WithLimit(1))...), clientv3.OpGet(w.key)).
 				Commit()
 		}
 	} else {
@@ -238,7 +286,7 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 			return c.etcd.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
 				Then(put, clientv3.OpGet(w.dir, queueOpts(0)...)).
-				Else(clientv3.OpGet(w.dir, queueOpts(0)...)).
+				Else(clientv3.OpGet(w.dir, queueOpts(0)...), clientv3.OpGet(w.key)).
 				Commit()
 		}
 	}
@@ -246,8 +294,16 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 	for {
 		resp, err := txn()
 		if err == nil {
-			r := resp.Responses[len(resp.Responses)-1].GetResponseRange()
-			queue = r.Kvs
+			if !resp.Succeeded {
+				// The key exists: written by an earlier try of this very
+				// acquisition whose reply was lost, or by someone else.
+				if own := resp.Responses[1].GetResponseRange().Kvs; len(own) > 0 && string(own[0].Value) != val {
+					return nil, errSlotTaken
+				}
+				queue = resp.Responses[0].GetResponseRange().Kvs
+			} else {
+				queue = resp.Responses[1].GetResponseRange().Kvs
+			}
 			break
 		}
 		if err := c.retryable(ctx, s, w, err); err != nil {
@@ -263,7 +319,12 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 				break
 			}
 		}
+		if pos >= 0 {
+			w.setMyRev(myRev)
+		}
 		switch {
+		case w.failure() != nil:
+			return nil, w.failure()
 		case pos == 0:
 			return c.promote(w, myRev)
 		case try:
@@ -271,7 +332,7 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 		case pos < 0:
 			return nil, ErrKeyDeleted
 		}
-		gone := w.setPred(string(queue[pos-1].Key))
+		gone := w.setPred(string(queue[pos-1].Key), queue[pos-1].CreateRevision)
 		if !gone {
 			select {
 			case <-w.wakec:
@@ -306,6 +367,10 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 		}
 	}
 }
+
+// errSlotTaken reports that the key an acquisition was to write holds
+// someone else's record.
+var errSlotTaken = errors.New("lease: record key taken by someone else")
 
 // errNoSession reports that etcd refused to attach a record to the session
 // because the session lease no longer exists; the record was not written.

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -38,7 +37,6 @@ type Client struct {
 	ctx    context.Context // the Client's lifetime; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	seq    atomic.Uint64
 
 	sessMu sync.Mutex // serialises session creation
 
@@ -202,6 +200,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		margin:     min(c.cfg.margin, ttl/2),
 		done:       make(chan struct{}),
 		validUntil: sent.Add(ttl - min(c.cfg.margin, ttl/2)),
+		slots:      map[string]struct{}{},
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -237,6 +236,32 @@ type session struct {
 	err        error
 	validUntil time.Time
 	timer      *time.Timer
+	slots      map[string]struct{} // record keys in use (see claimSlot)
+}
+
+// claimSlot returns the record key for a new acquisition of the lock whose
+// records live under dir: <dir><session id>-<slot>, with the lowest slot
+// this session is not using. Reusing keys, rather than writing a new one per
+// acquisition, keeps etcd's key index for the lock from growing with every
+// acquisition until the next compaction (each read of the queue would scan
+// it). A key is freed only once its record is known to be gone.
+func (c *Client) claimSlot(s *session, dir string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("%s%016x-%x", dir, int64(s.id), i)
+		if _, used := s.slots[key]; !used {
+			s.slots[key] = struct{}{}
+			return key
+		}
+	}
+}
+
+// freeSlot lets a later acquisition reuse key: its record is gone.
+func (c *Client) freeSlot(s *session, key string) {
+	c.mu.Lock()
+	delete(s.slots, key)
+	c.mu.Unlock()
 }
 
 // keepAlive renews s every third of its TTL and extends its validity from
@@ -485,34 +510,33 @@ func (c *Client) dispatch(ev *clientv3.Event) {
 		lost  *Lease
 		cause error
 	)
+	// Keys are reused, so an event may be about an earlier record under
+	// the same key: only events after a record's creation concern it.
+	rev := ev.Kv.ModRevision
 	switch ev.Type {
 	case mvccpb.DELETE:
-		if l := c.held[key]; l != nil {
+		if l := c.held[key]; l != nil && rev > l.rev {
 			if l.releasing {
 				l.sawDelete = true
 			} else {
 				delete(c.held, key)
+				delete(l.sess.slots, key)
 				lost, cause = l, ErrKeyDeleted
 			}
 		}
-		if w := c.waiters[key]; w != nil {
-			w.fail(ErrKeyDeleted)
-		}
 		for w := range c.byDir[dirOf(key)] {
-			w.onDelete(key)
+			w.onDelete(key, rev)
 		}
 	case mvccpb.PUT:
-		if l := c.held[key]; l != nil && !l.releasing {
-			tok, _, ok := decodeValue(ev.Kv.Value)
+		tok, _, ok := decodeValue(ev.Kv.Value)
+		if l := c.held[key]; l != nil && !l.releasing && rev > l.rev {
 			if ev.Kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 				delete(c.held, key)
 				lost, cause = l, ErrKeyOverwritten
 			}
 		}
 		if w := c.waiters[key]; w != nil {
-			if tok, _, ok := decodeValue(ev.Kv.Value); !ok || tok != w.owner {
-				w.fail(ErrKeyOverwritten)
-			}
+			w.onPut(rev, ok && tok == w.owner)
 		}
 	}
 	c.mu.Unlock()
@@ -564,6 +588,7 @@ func (c *Client) deleteOrphans(s *session) {
 		if err == nil {
 			c.mu.Lock()
 			delete(c.orphans, k)
+			delete(s.slots, k)
 			c.mu.Unlock()
 		}
 	}
@@ -574,8 +599,14 @@ func (c *Client) deleteOrphans(s *session) {
 func (c *Client) abandon(ctx context.Context, s *session, key, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl/3)
 	defer cancel()
-	_, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).Then(clientv3.OpDelete(key)).Commit()
+	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).
+		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err == nil {
+		// Deleted, or never written; unless someone else's record holds
+		// the key now, it may be reused.
+		if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			c.freeSlot(s, key)
+		}
 		return
 	}
 	c.mu.Lock()

@@ -20,7 +20,9 @@
 //
 // Each Client owns one etcd session lease, renewed in the background every
 // third of its TTL. An acquisition writes a record under
-// <prefix><name>/ in one transaction: its value holds a fresh owner token
+// <prefix><name>/<session>-<slot> in one transaction (the Client reuses a
+// slot once its record is gone, so etcd's key index does not grow with
+// every acquisition): its value holds a fresh owner token
 // (package owner) and a hold count, and it is attached to the session. The
 // record whose creation revision is lowest holds the lock; the others wait
 // in that order (FIFO across processes), each woken by the Client's single

@@ -158,9 +158,12 @@ func (l *Lease) end(err error) {
 }
 
 // lose ends the lease because a transaction found it no longer owns its
-// record.
+// record. When the record is gone (ErrNotFound) its key may be reused.
 func (l *Lease) lose(cause error) {
 	l.c.forget(l)
+	if errors.Is(cause, ErrNotFound) {
+		l.c.freeSlot(l.sess, l.key)
+	}
 	l.end(&LostError{Fence: l.Fence(), Cause: cause})
 }
 
@@ -282,6 +285,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			l.pending = nil
 			if last {
 				l.c.forget(l)
+				l.c.freeSlot(l.sess, l.key)
 				l.end(ErrReleased)
 			} else {
 				l.count--
@@ -299,6 +303,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			if errors.Is(cerr, ErrNotFound) && p != nil && p.op == "release" && p.after == 0 {
 				// An earlier Release whose reply was lost deleted it.
 				l.c.forget(l)
+				l.c.freeSlot(l.sess, l.key)
 				l.end(ErrReleased)
 				l.logResult("release", "done", nil)
 				return nil

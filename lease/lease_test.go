@@ -740,3 +740,70 @@ func TestTTLBelowServerMinimum(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 }
+
+// TestRecordKeysAreReused: one Client acquiring a lock again and again
+// writes the same record key each time (etcd's key index for the lock does
+// not grow with every acquisition), and the watch events of the earlier
+// records under that key do not disturb the later ones: under contention
+// every acquisition gets a higher token and holders never overlap.
+func TestRecordKeysAreReused(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	a := newClient(t, cli)
+
+	var keys []string
+	for range 5 {
+		l, err := a.Acquire(ctx, "reuse")
+		require.NoError(t, err)
+		key, _ := heldRecord(t, cli, "reuse")
+		keys = append(keys, key)
+		require.NoError(t, l.Release(ctx))
+	}
+	for _, k := range keys[1:] {
+		assert.Equal(t, keys[0], k)
+	}
+
+	b := newClient(t, cli)
+	var (
+		mu      sync.Mutex
+		inside  int
+		last    int64
+		wg      sync.WaitGroup
+		overlap bool
+	)
+	for _, c := range []*lease.Client{a, b, a, b} { // two acquisitions per Client at a time
+		wg.Go(func() {
+			for range 40 {
+				l, err := c.Acquire(ctx, "reuse")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside++
+				overlap = overlap || inside > 1
+				if l.Fence().Revision <= last {
+					t.Errorf("token %d not above %d", l.Fence().Revision, last)
+				}
+				last = l.Fence().Revision
+				mu.Unlock()
+				if err := l.Err(); err != nil {
+					t.Errorf("lease ended right after Acquire: %v", err)
+				}
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.False(t, overlap, "two holders at once")
+	resp, err := cli.Get(ctx, lease.DefaultPrefix+"reuse/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs)
+}
