@@ -11,31 +11,14 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // counters returns the values of the metric family name in reg, keyed by
-// its label pairs ("outcome=stale" or "outcome=stale,resource=r").
+// its label pairs.
 func counters(t *testing.T, reg prometheus.Gatherer, name string) map[string]float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	out := map[string]float64{}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var kv []string
-			for _, l := range m.GetLabel() {
-				kv = append(kv, l.GetName()+"="+l.GetValue())
-			}
-			out[strings.Join(kv, ",")] = m.GetCounter().GetValue()
-		}
-	}
-	return out
+	return promtest.Values(t, reg, name)
 }
 
 // failingStore is a Store whose every call fails.

@@ -14,6 +14,7 @@ import (
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/internal/promtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -630,33 +631,14 @@ func TestMetrics(t *testing.T) {
 }
 
 // metricValue returns a counter's value, or a histogram's sample count, for
-// the series of family name whose labels include the given pairs.
+// the series of family name with exactly the given label pairs.
 func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue series
-				}
-			}
-			if h := m.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount())
-			}
-			return m.GetCounter().GetValue()
-		}
+	var kv []string
+	for i := 0; i+1 < len(labels); i += 2 {
+		kv = append(kv, labels[i]+"="+labels[i+1])
 	}
-	return 0
+	return promtest.Values(t, reg, name)[strings.Join(kv, ",")]
 }
 
 // TestLostAcquireReplyLeavesNoOrphan drops etcd's reply to an Acquire's

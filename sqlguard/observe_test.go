@@ -12,32 +12,15 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/promtest"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // counters returns the values of the metric family name in reg, keyed by
-// its label pairs ("op=fence,outcome=stale"; "" without labels).
+// its label pairs.
 func counters(t *testing.T, reg prometheus.Gatherer, name string) map[string]float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	out := map[string]float64{}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var kv []string
-			for _, l := range m.GetLabel() {
-				kv = append(kv, l.GetName()+"="+l.GetValue())
-			}
-			out[strings.Join(kv, ",")] = m.GetCounter().GetValue()
-		}
-	}
-	return out
+	return promtest.Values(t, reg, name)
 }
 
 // observed replaces e's Guard with one that has metrics on a fresh
