@@ -149,7 +149,8 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 
 // TryAcquire takes the lock called name if nobody holds or waits for it,
 // and returns an error matching ErrHeld at once otherwise, leaving nothing
-// behind. It costs one etcd transaction either way. ctx bounds the request.
+// behind. It costs one etcd transaction either way (plus the session grant
+// on a Client's first call). ctx bounds the request.
 func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	return c.acquire(ctx, name, true)
 }
