@@ -32,6 +32,9 @@ type waiter struct {
 	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
 	failErr         error
 	failOnce        sync.Once
+	// uncertain: a write of the record got no reply, so it may still
+	// apply later (see orphan.uncertain). Set by wait only.
+	uncertain bool
 
 	mu       sync.Mutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
@@ -69,6 +72,29 @@ func (w *waiter) onPut(rev int64, mine bool) {
 	if !mine && w.myRev != 0 && rev > w.myRev {
 		w.fail(ErrKeyOverwritten)
 	}
+}
+
+// resync applies what a read of the waiter's own record found after the
+// watch missed events: gone, or overwritten by someone else.
+func (w *waiter) resync(kv *mvccpb.KeyValue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.myRev == 0 {
+		return // not written yet, as far as the waiter knows
+	}
+	switch tok, _, ok := decodeValue(valueOf(kv)); {
+	case kv == nil || kv.CreateRevision != w.myRev:
+		w.fail(ErrKeyDeleted)
+	case !ok || tok != w.owner:
+		w.fail(ErrKeyOverwritten)
+	}
+}
+
+func valueOf(kv *mvccpb.KeyValue) []byte {
+	if kv == nil {
+		return nil
+	}
+	return kv.Value
 }
 
 // setMyRev records the creation revision of the waiter's record, and fails
@@ -138,11 +164,18 @@ func (w *waiter) gone() bool {
 // across processes). ctx bounds only the wait: once Acquire returns, the
 // lease lives until it is released or lost, whatever happens to ctx.
 //
-// On error nothing is held, and the waiter's record is deleted (in the
-// background if etcd cannot be reached now). Acquire returns ctx's error
-// when ctx ends first; ErrSessionExpired or ErrDeadline (wrapped) when the
-// Client's session ends during the wait; ErrKeyDeleted when someone deletes
-// the waiter's record; ErrClosed when the Client is closed.
+// On error nothing is held, and the waiter's record is deleted in the
+// background (comparing its owner token), so the call returns within ctx;
+// a record whose write etcd may still apply later is deleted when it
+// appears, and at the latest with its session, which the Client then
+// retires. Acquire returns ctx's error when ctx ends first; ErrClosed when
+// the Client is closed; an error matching ErrPermissionDenied,
+// ErrInvalidName or ErrTTLTooShort for a configuration that cannot work.
+// Every other error matches ErrRetryable (calling again may succeed) and
+// one cause: ErrSessionExpired or ErrDeadline when the Client's session
+// ended during the wait, ErrKeyDeleted or ErrKeyOverwritten when someone
+// removed or replaced the waiter's record, or etcd's own error when it
+// could not be reached.
 func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 	return c.acquire(ctx, name, false)
 }
@@ -180,7 +213,11 @@ func (c *Client) acquire(ctx context.Context, name string, try bool) (*Lease, er
 		default:
 			c.met.acquisitions.WithLabelValues("error").Inc()
 		}
-		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
+		err = fmt.Errorf("lease: acquire %q: %w", name, err)
+		if ctx.Err() == nil && !permanent(err) {
+			err = retryable(err)
+		}
+		return nil, err
 	}
 	c.met.acquired(l.acquired.Sub(start))
 	c.log.Info("lease acquired", logattr.Lock(name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev),
@@ -212,10 +249,10 @@ func (c *Client) acquireOnce(ctx context.Context, name string, try bool) (*Lease
 			c.endSession(s, ErrSessionExpired)
 		case errors.Is(err, errSlotTaken):
 			// Keep the key claimed: it is not ours to reuse.
-		case errors.Is(err, ErrHeld):
+		case errors.Is(err, ErrHeld) && !w.uncertain:
 			c.freeSlot(s, key) // nothing was written
 		default:
-			c.abandon(ctx, s, key, val)
+			c.abandon(s, key, val, w.uncertain)
 		}
 		c.log.Debug("lease acquire failed", logattr.Lock(name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
 		return nil, err
@@ -242,6 +279,7 @@ func (c *Client) removeWaiter(w *waiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unlinkWaiter(w)
+	c.retireIfIdleLocked(w.sess)
 }
 
 func (c *Client) unlinkWaiter(w *waiter) {
@@ -294,6 +332,11 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 	var queue []*mvccpb.KeyValue
 	for {
 		resp, err := txn()
+		if err != nil {
+			// The request may have gone out; if so etcd may still apply
+			// it, now or later.
+			w.uncertain = true
+		}
 		if err == nil {
 			if !resp.Succeeded {
 				// The key exists: written by an earlier try of this very
@@ -333,20 +376,10 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 		case pos < 0:
 			return nil, ErrKeyDeleted
 		}
-		gone := w.setPred(string(queue[pos-1].Key), queue[pos-1].CreateRevision)
-		if !gone {
-			select {
-			case <-w.wakec:
-				gone = w.gone()
-			case <-w.failc:
-				return nil, w.failure()
-			case <-s.done:
-				return nil, s.cause(c)
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			case <-c.ctx.Done():
-				return nil, ErrClosed
-			}
+		pred := queue[pos-1]
+		gone, err := c.waitPred(ctx, w, pred)
+		if err != nil {
+			return nil, err
 		}
 		if gone && pos == 1 {
 			// The record ahead was the head of the queue and is gone. No
@@ -369,9 +402,37 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 	}
 }
 
+// waitPred waits until the watch wakes w: its predecessor pred left (gone)
+// or the queue must be read again.
+func (c *Client) waitPred(ctx context.Context, w *waiter, pred *mvccpb.KeyValue) (gone bool, err error) {
+	if w.setPred(string(pred.Key), pred.CreateRevision) {
+		return true, nil
+	}
+	stuck := time.NewTicker(c.cfg.ttl)
+	defer stuck.Stop()
+	for {
+		select {
+		case <-w.wakec:
+			return w.gone(), nil
+		case <-w.failc:
+			return false, w.failure()
+		case <-w.sess.done:
+			return false, w.sess.cause(c)
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		case <-c.ctx.Done():
+			return false, ErrClosed
+		case <-stuck.C:
+			// Longer than a TTL behind one record: say so if it is a
+			// record that no session keeps, which never goes by itself.
+			c.checkForeign(ctx, pred)
+		}
+	}
+}
+
 // errSlotTaken reports that the key an acquisition was to write holds
 // someone else's record.
-var errSlotTaken = errors.New("lease: record key taken by someone else")
+var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", ErrKeyOverwritten)
 
 // errNoSession reports that etcd refused to attach a record to the session
 // because the session lease no longer exists; the record was not written.
@@ -434,16 +495,42 @@ func (c *Client) promote(w *waiter, rev int64) (*Lease, error) {
 		return nil, fmt.Errorf("session ended while acquiring: %w", w.sess.err)
 	}
 	l := &Lease{
-		c:        c,
-		name:     dirName(w.key),
-		key:      w.key,
-		owner:    w.tok,
-		acquired: time.Now(),
-		rev:      rev,
-		sess:     w.sess,
-		count:    1,
-		done:     make(chan struct{}),
+		c:         c,
+		name:      dirName(w.key),
+		key:       w.key,
+		owner:     w.tok,
+		acquired:  time.Now(),
+		rev:       rev,
+		modRev:    rev,
+		sess:      w.sess,
+		uncertain: w.uncertain,
+		count:     1,
 	}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.held[w.key] = l
+	if w.uncertain {
+		// A copy of its write may apply after its release: retire the
+		// session once it is idle (see session.tainted).
+		w.sess.tainted = true
+	}
 	return l, nil
+}
+
+// checkForeign reports a record in a lock's queue that no session keeps
+// alive (written by something other than a fencekit Client, or detached
+// from its lease): it blocks the lock until an operator deletes it.
+func (c *Client) checkForeign(ctx context.Context, rec *mvccpb.KeyValue) {
+	resp, err := c.etcd.Get(ctx, string(rec.Key))
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rec.CreateRevision {
+		return
+	}
+	kv := resp.Kvs[0]
+	_, _, ok := decodeValue(kv.Value)
+	if kv.Lease != 0 && ok {
+		return
+	}
+	c.met.foreign.Inc()
+	c.log.Warn("lease queue blocked by a record no session keeps; delete it (etcdctl del, or fencekit release --fence) to unblock the lock",
+		logattr.Lock(dirName(string(kv.Key))), slog.String("key", string(kv.Key)), logattr.Fence(kv.CreateRevision),
+		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
 }

@@ -30,10 +30,12 @@
 // revision of the record is the fencing token (package fence): every later
 // acquisition's record is created at a higher revision.
 //
-// Release, Renew and Reenter are each one transaction that compares the
-// record's creation revision and owner token (and hold count), so a holder
-// that paused past its TTL can never release, extend or reenter the lock of
-// the holder that replaced it.
+// Release and Reenter are each one transaction that compares the record's
+// creation revision, owner token, hold count and mod revision as last
+// confirmed, so a holder that paused past its TTL can never release or
+// reenter the lock of the holder that replaced it, and a request that etcd
+// applies late can never apply after any later change. Renew is one read
+// that checks the creation revision and owner token, then a keep-alive.
 //
 // # Results
 //
@@ -44,14 +46,26 @@
 //     now. This holder lost it; stop its side effects.
 //   - an error matching ErrNotFound: nobody holds it (expired, deleted,
 //     already released). This holder lost it too.
-//   - anything else: the outcome is unknown (etcd unreachable, ctx ended).
-//     Retrying the same call is safe and never applies it twice.
+//   - an error matching ErrOutcomeUnknown: etcd's reply was lost or ctx
+//     ended. Retry the same call: it never applies twice, whatever was
+//     called in between (a Renew does not settle it). A Release of the
+//     last hold whose record then goes is a release: Done closes with
+//     ErrReleased and the retry returns nil, even if a waiter has taken
+//     the lock meanwhile.
+//   - ErrPermissionDenied: etcd refused; nothing was applied.
+//
+// Acquire, TryAcquire and Do return ctx's error, ErrClosed, ErrHeld
+// (TryAcquire), ErrPermissionDenied, ErrInvalidName or ErrTTLTooShort, or
+// an error matching ErrRetryable after which calling again may succeed (the
+// session ended during the wait, the waiter's record was removed, etcd was
+// unreachable, or, from Do, the lease was lost).
 //
 // A lease ends, and its Done channel closes, when it is released, when the
 // Client closes, or when it is lost. Err says which: ErrReleased, ErrClosed,
 // or a *LostError matching ErrLost and one cause: ErrKeyDeleted,
 // ErrKeyOverwritten (seen through the watch, within milliseconds),
-// ErrSessionExpired (the session lease was revoked or expired), ErrDeadline
+// ErrSessionExpired (the session lease was revoked or expired: checked with
+// etcd when a record is deleted, so a revoke is reported as such), ErrDeadline
 // (renewals were not confirmed in time), ErrNotOwner or ErrNotFound (found
 // by a Release, Renew or Reenter).
 //
@@ -70,9 +84,18 @@
 //     one; the record goes at zero. Nothing is keyed by goroutine: a second
 //     Acquire of the same name, even from the same goroutine and Client, is
 //     a different acquisition and waits.
-//   - A failed or cancelled Acquire leaves no record behind; if etcd cannot
-//     be reached at that moment, the Client deletes the record (comparing
-//     its owner token) in the background, or it goes with the session.
+//   - A failed or cancelled Acquire leaves no record behind. It returns
+//     within its ctx and the Client deletes the record, comparing its owner
+//     token, in the background. When a write of the record went out
+//     without a reply, etcd may still apply it later: the Client then
+//     deletes the record whenever its watch sees it appear, uses a new
+//     session for later acquisitions, and revokes the old one as soon as
+//     nothing held or waiting uses it, which removes the record for good
+//     (a write that arrives after the revoke fails).
+//   - A record that no session keeps (an outsider's plain Put into the
+//     prefix) blocks its lock until deleted; a waiter stuck behind it for a
+//     TTL logs a warning and counts fencekit_lease_foreign_records_total.
+//     Delete such a key by hand (etcdctl del KEY).
 //
 // # Non-guarantees
 //

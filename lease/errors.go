@@ -25,6 +25,16 @@ var (
 	ErrLost = errors.New("lease: lost")
 	// ErrReleased is the Err of a lease its holder released.
 	ErrReleased = errors.New("lease: released")
+	// ErrOutcomeUnknown reports that a Release, Reenter or Renew got no
+	// answer from etcd (unreachable, or ctx ended): it may or may not have
+	// applied. Retry the same call; it never applies twice.
+	ErrOutcomeUnknown = errors.New("lease: outcome unknown")
+	// ErrRetryable matches every error of Acquire, TryAcquire and Do after
+	// which calling again may succeed: the lease was lost, the session
+	// ended during the wait, the waiter's record was removed, or etcd could
+	// not be reached. It never matches a ctx error, ErrClosed,
+	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort or ErrHeld.
+	ErrRetryable = errors.New("lease: retryable")
 	// ErrClosed reports that the Client was closed; it is also the Err of
 	// leases that ended because of it.
 	ErrClosed = errors.New("lease: client closed")
@@ -75,6 +85,31 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // Unwrap returns the cause.
 func (e *LostError) Unwrap() error { return e.Cause }
+
+// retryableError marks an error after which calling again may succeed.
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string        { return e.err.Error() }
+func (e *retryableError) Unwrap() error        { return e.err }
+func (e *retryableError) Is(target error) bool { return target == ErrRetryable }
+
+// retryable marks err as matching ErrRetryable.
+func retryable(err error) error {
+	if err == nil || errors.Is(err, ErrRetryable) {
+		return err
+	}
+	return &retryableError{err}
+}
+
+// permanent reports whether err is one that calling again cannot cure.
+func permanent(err error) bool {
+	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // rpcError maps etcd's refusals for lack of permission or authentication to
 // ErrPermissionDenied, keeping the original error in the chain.

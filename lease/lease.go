@@ -11,8 +11,6 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/owner"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // errNilLease is returned by the methods of a nil *Lease.
@@ -33,27 +31,25 @@ type Lease struct {
 	rev      int64
 	sess     *session
 	acquired time.Time
+	// uncertain: a request that wrote this acquisition's record got no
+	// reply, so a copy of the write may still apply after the record is
+	// deleted (see orphan.uncertain).
+	uncertain bool
 
-	// Guarded by c.mu: a release is in flight, and the watch saw the
-	// record deleted meanwhile.
-	releasing, sawDelete bool
+	// Guarded by c.mu: whether a delete of the record may be this holder's
+	// own Release, and whether the watch saw one while it was in flight.
+	releasing relState
+	sawDelete bool
 
 	opMu    sync.Mutex // serialises Renew, Reenter and Release
-	count   int        // hold count believed stored; guarded by opMu
-	pending *pending   // call whose outcome is unknown; guarded by opMu
+	count   int        // hold count last confirmed in etcd; guarded by opMu
+	modRev  int64      // the record's mod revision last confirmed; guarded by opMu
+	pending *pending   // calls whose outcome is unknown; guarded by opMu
 
-	mu      sync.Mutex
-	done    chan struct{}
-	err     error
-	cancels map[int]context.CancelCauseFunc
-	nextID  int
-}
-
-// pending remembers a Reenter or Release whose reply was lost, so that
-// retrying it does not apply it twice.
-type pending struct {
-	op            string
-	before, after int // hold counts; after == 0 means the record was deleted
+	ctx    context.Context // cancelled, with the end's cause, when the lease ends
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	err    error
 }
 
 // Name returns the lock's name.
@@ -86,7 +82,7 @@ func (l *Lease) String() string {
 // closes; Err says why. When renewals stop being confirmed, Done closes a
 // safety margin before the server could expire the session, so before any
 // other client can acquire the lock.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is held. After Done closes it returns
 // ErrReleased, ErrClosed, or a *LostError (matching ErrLost and its cause).
@@ -100,36 +96,23 @@ func (l *Lease) Err() error {
 }
 
 // Holds returns the hold count: 1 after Acquire, plus one per Reenter, minus
-// one per Release.
+// one per Release. After a Reenter or Release whose outcome is unknown it
+// is the count before that call, until a later call finds out.
 func (l *Lease) Holds() int {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	return l.count
 }
 
-// Context returns a copy of parent that carries l (see FromContext) and is
-// cancelled, with l.Err() as its cause, when the lease ends. Call the
-// CancelFunc when the work is done.
+// Context returns a copy of parent that carries l (see FromContext) and its
+// fencing token (see fence.FromContext, which guard.Transport and the gRPC
+// client interceptors read), and is cancelled, with l.Err() as its cause,
+// when the lease ends. Call the CancelFunc when the work is done.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(NewContext(parent, l))
-	l.mu.Lock()
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		cancel(err)
-		return ctx, func() { cancel(context.Canceled) }
-	}
-	if l.cancels == nil {
-		l.cancels = map[int]context.CancelCauseFunc{}
-	}
-	id := l.nextID
-	l.nextID++
-	l.cancels[id] = cancel
-	l.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(fence.NewContext(NewContext(parent, l), l.Fence()))
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	return ctx, func() {
-		l.mu.Lock()
-		delete(l.cancels, id)
-		l.mu.Unlock()
+		stop()
 		cancel(context.Canceled)
 	}
 }
@@ -142,13 +125,8 @@ func (l *Lease) end(err error) {
 		return
 	}
 	l.err = err
-	close(l.done)
-	cancels := l.cancels
-	l.cancels = nil
 	l.mu.Unlock()
-	for _, cancel := range cancels {
-		cancel(err)
-	}
+	l.cancel(err)
 	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
 	if errors.Is(err, ErrLost) {
 		l.c.met.losses.WithLabelValues(lossCause(err)).Inc()
@@ -157,14 +135,21 @@ func (l *Lease) end(err error) {
 	}
 }
 
-// lose ends the lease because a transaction found it no longer owns its
-// record. When the record is gone (ErrNotFound) its key may be reused.
+// lose ends the lease because a call found it no longer owns its record.
 func (l *Lease) lose(cause error) {
-	l.c.forget(l)
-	if errors.Is(cause, ErrNotFound) {
-		l.c.freeSlot(l.sess, l.key)
-	}
+	l.c.mu.Lock()
+	l.c.finishLocked(l, errors.Is(cause, ErrNotFound))
+	l.c.mu.Unlock()
 	l.end(&LostError{Fence: l.Fence(), Cause: cause})
+}
+
+// released ends the lease because its record is gone at its holder's
+// request.
+func (l *Lease) released() {
+	l.c.mu.Lock()
+	l.c.finishLocked(l, true)
+	l.c.mu.Unlock()
+	l.end(ErrReleased)
 }
 
 // attrs are the fields every record about this lease carries, the same as
@@ -173,291 +158,31 @@ func (l *Lease) attrs() []slog.Attr {
 	return []slog.Attr{logattr.Lock(l.name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev)}
 }
 
-// forget stops the watch from tracking l.
-func (c *Client) forget(l *Lease) {
-	c.mu.Lock()
+// finishLocked stops tracking l: the watch no longer judges its record,
+// and when the record is gone (recordGone) its key may be reused. A
+// tainted session that l kept alive may retire. c.mu is held.
+func (c *Client) finishLocked(l *Lease, recordGone bool) {
 	if c.held[l.key] == l {
 		delete(c.held, l.key)
 	}
-	l.releasing = false
-	c.mu.Unlock()
+	l.releasing = relNone
+	if recordGone {
+		c.releaseKeyLocked(l)
+	}
+	c.retireIfIdleLocked(l.sess)
 }
 
-func (c *Client) setReleasing(l *Lease, on bool) (sawDelete bool) {
+// setReleasing sets l.releasing and reports whether the watch saw the
+// record deleted since the last call.
+func (c *Client) setReleasing(l *Lease, st relState) (sawDelete bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l.releasing = on
+	if c.held[l.key] == l {
+		l.releasing = st
+	}
 	sawDelete = l.sawDelete
 	l.sawDelete = false
 	return sawDelete
-}
-
-// txn runs one transaction on the record: if it is this acquisition's
-// (same creation revision, same owner token and hold count), then ops;
-// otherwise read it and the first record of the lock's queue.
-func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	return l.c.etcd.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
-		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count)),
-	).Then(ops...).Else(
-		clientv3.OpGet(l.key),
-		clientv3.OpGet(dirOf(l.key), append(queueOpts(0), clientv3.WithLimit(1))...),
-	).Commit()
-}
-
-// classify explains a failed txn: ErrNotOwner when the record was
-// overwritten or another acquisition holds the lock now, ErrNotFound when
-// nobody does, or (nil and the stored hold count) when the record is ours
-// with another count.
-func (l *Lease) classify(resp *clientv3.TxnResponse) (int, error) {
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		if len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
-			return 0, ErrNotOwner
-		}
-		return 0, ErrNotFound
-	}
-	kv := kvs[0]
-	tok, n, ok := decodeValue(kv.Value)
-	if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
-		return 0, ErrNotOwner
-	}
-	return n, nil
-}
-
-// maxAttempts bounds the retries after finding a different stored hold
-// count, which only an earlier call with a lost reply can cause.
-const maxAttempts = 3
-
-var errCountRace = errors.New("lease: hold count changed during the call")
-
-// Release gives up one hold. At the last hold it deletes the record and the
-// lease ends with ErrReleased; otherwise it stores the count minus one.
-// Either way it is one transaction comparing this acquisition's owner token
-// and creation revision.
-//
-// It returns nil when done; an error matching ErrNotOwner when another
-// acquisition holds the lock now, or ErrNotFound when nobody does (it
-// expired, was deleted, or was already released) — in both cases this
-// holder had lost the lock, and the lease ends with a *LostError if it had
-// not already. Any other error means the outcome is unknown (etcd could not
-// be reached or ctx ended); calling Release again is safe and does not
-// release twice. Releasing a lease that was already released returns an
-// error, never nil.
-func (l *Lease) Release(ctx context.Context) error {
-	if l == nil {
-		return errNilLease
-	}
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if l.Err() == ErrReleased {
-		l.c.met.duplicates.Inc()
-	}
-	for range maxAttempts {
-		last := l.count <= 1
-		op := clientv3.OpDelete(l.key)
-		if last {
-			l.c.setReleasing(l, true)
-		} else {
-			op = clientv3.OpPut(l.key, encodeValue(l.owner.Value(), l.count-1), clientv3.WithIgnoreLease())
-		}
-		resp, err := l.txn(ctx, op)
-		if err != nil && errors.Is(rpcError(err), ErrPermissionDenied) {
-			if last {
-				l.c.setReleasing(l, false)
-			}
-			l.logResult("release", "denied", err)
-			return fmt.Errorf("lease: release %q: %w", l.name, rpcError(err))
-		}
-		if err != nil {
-			after := l.count - 1
-			if last {
-				after = 0
-				if l.c.setReleasing(l, false) {
-					l.lose(ErrKeyDeleted)
-				}
-			}
-			l.pending = &pending{op: "release", before: l.count, after: after}
-			l.logResult("release", "unknown", err)
-			return fmt.Errorf("lease: release %q: outcome unknown: %w", l.name, errors.Join(err, ctx.Err()))
-		}
-		if resp.Succeeded {
-			l.pending = nil
-			if last {
-				l.c.forget(l)
-				l.c.freeSlot(l.sess, l.key)
-				l.end(ErrReleased)
-			} else {
-				l.count--
-			}
-			l.logResult("release", "done", nil)
-			return nil
-		}
-		if last {
-			l.c.setReleasing(l, false)
-		}
-		stored, cerr := l.classify(resp)
-		p := l.pending
-		l.pending = nil
-		if cerr != nil {
-			if errors.Is(cerr, ErrNotFound) && p != nil && p.op == "release" && p.after == 0 {
-				// An earlier Release whose reply was lost deleted it.
-				l.c.forget(l)
-				l.c.freeSlot(l.sess, l.key)
-				l.end(ErrReleased)
-				l.logResult("release", "done", nil)
-				return nil
-			}
-			l.lose(cerr)
-			l.logResult("release", outcome(cerr), cerr)
-			return fmt.Errorf("lease: release %q: %w", l.name, cerr)
-		}
-		l.count = stored
-		if p != nil && p.op == "release" && stored == p.after {
-			l.logResult("release", "done", nil)
-			return nil
-		}
-	}
-	return errCountRace
-}
-
-// Reenter adds one hold to the lease, atomically in etcd: one transaction
-// comparing this acquisition's owner token, creation revision and hold
-// count. Every Reenter needs its own Release. The fencing token does not
-// change. Errors are as for Release; after an outcome-unknown error, call
-// Reenter again (it will not add two holds) or treat the lease as lost.
-func (l *Lease) Reenter(ctx context.Context) error {
-	if l == nil {
-		return errNilLease
-	}
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if err := l.Err(); err != nil {
-		return err
-	}
-	for range maxAttempts {
-		resp, err := l.txn(ctx, clientv3.OpPut(l.key, encodeValue(l.owner.Value(), l.count+1), clientv3.WithIgnoreLease()))
-		if err != nil && errors.Is(rpcError(err), ErrPermissionDenied) {
-			l.logResult("reenter", "denied", err)
-			return fmt.Errorf("lease: reenter %q: %w", l.name, rpcError(err))
-		}
-		if err != nil {
-			l.pending = &pending{op: "reenter", before: l.count, after: l.count + 1}
-			l.logResult("reenter", "unknown", err)
-			return fmt.Errorf("lease: reenter %q: outcome unknown: %w", l.name, errors.Join(err, ctx.Err()))
-		}
-		if resp.Succeeded {
-			l.pending = nil
-			l.count++
-			l.logResult("reenter", "done", nil)
-			return nil
-		}
-		stored, cerr := l.classify(resp)
-		p := l.pending
-		l.pending = nil
-		if cerr != nil {
-			l.lose(cerr)
-			l.logResult("reenter", outcome(cerr), cerr)
-			return fmt.Errorf("lease: reenter %q: %w", l.name, cerr)
-		}
-		l.count = stored
-		if p != nil && p.op == "reenter" && stored == p.after {
-			l.logResult("reenter", "done", nil)
-			return nil
-		}
-	}
-	return errCountRace
-}
-
-// Renew confirms the lease and extends it: one transaction compares this
-// acquisition's owner token and creation revision (it writes nothing, so a
-// stale Renew can neither extend a newer holder nor re-create a missing
-// record), then one keep-alive of the Client's session extends the
-// validity of every lease of the Client from the moment it was sent.
-//
-// The Client renews its session in the background, so Renew is needed only
-// to confirm ownership before a step that matters. Errors are as for
-// Release; when the lease has already ended locally (Done is closed) Renew
-// returns Err() even if the record is still there, because the Client gives
-// such records up.
-func (l *Lease) Renew(ctx context.Context) error {
-	if l == nil {
-		return errNilLease
-	}
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	confirmed := false
-	for range maxAttempts {
-		resp, err := l.txn(ctx)
-		if err != nil && errors.Is(rpcError(err), ErrPermissionDenied) {
-			l.logResult("renew", "denied", err)
-			return fmt.Errorf("lease: renew %q: %w", l.name, rpcError(err))
-		}
-		if err != nil {
-			l.logResult("renew", "unknown", err)
-			return fmt.Errorf("lease: renew %q: outcome unknown: %w", l.name, errors.Join(err, ctx.Err()))
-		}
-		if resp.Succeeded {
-			confirmed = true
-			break
-		}
-		stored, cerr := l.classify(resp)
-		if cerr != nil {
-			l.lose(cerr)
-			l.logResult("renew", outcome(cerr), cerr)
-			return fmt.Errorf("lease: renew %q: %w", l.name, cerr)
-		}
-		l.pending = nil
-		l.count = stored
-	}
-	if !confirmed {
-		return errCountRace
-	}
-	if err := l.Err(); err != nil {
-		return err
-	}
-	sent := time.Now()
-	resp, err := l.c.etcd.KeepAliveOnce(ctx, l.sess.id)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		l.c.endSession(l.sess, ErrSessionExpired)
-		return l.Err()
-	case err != nil:
-		l.logResult("renew", "unknown", err)
-		return fmt.Errorf("lease: renew %q: keep-alive: outcome unknown: %w", l.name, errors.Join(err, ctx.Err()))
-	}
-	l.c.extend(l.sess, sent.Add(time.Duration(resp.TTL)*time.Second-l.sess.margin))
-	l.logResult("renew", "done", nil)
-	return nil
-}
-
-func outcome(err error) string {
-	switch {
-	case errors.Is(err, ErrPermissionDenied):
-		return "denied"
-	case errors.Is(err, ErrNotOwner):
-		return "not_owner"
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	}
-	return "unknown"
-}
-
-func (l *Lease) logResult(op, result string, err error) {
-	l.c.met.results.WithLabelValues(op, result).Inc()
-	level := slog.LevelInfo
-	if op == "renew" && err == nil {
-		level = slog.LevelDebug
-	}
-	attrs := append(l.attrs(), logattr.Outcome(result))
-	if err != nil {
-		level = slog.LevelWarn
-		attrs = append(attrs, slog.String("error", err.Error()))
-	}
-	if op == "release" && err == nil {
-		attrs = append(attrs, slog.Duration("held", time.Since(l.acquired)))
-	}
-	l.c.log.LogAttrs(context.Background(), level, "lease "+op, attrs...)
 }
 
 type ctxKey struct{ name string }
@@ -476,13 +201,23 @@ func FromContext(ctx context.Context, name string) (*Lease, bool) {
 }
 
 // Do acquires the lock called name, runs fn with a context that carries
-// the lease and is cancelled the moment the lease is lost, and releases it.
-// ctx bounds the wait and is fn's parent context; the release runs even
-// when ctx has ended, bounded by the TTL.
+// the lease and its fencing token and is cancelled the moment the lease is
+// lost, and releases it. ctx bounds the wait and is fn's parent context;
+// the release runs even when ctx has ended, bounded by the TTL.
 //
-// Do returns fn's error joined with the lease's *LostError if the lease was
-// lost before fn returned (the work may have been cut short), or with the
-// Release error otherwise.
+// Do returns Acquire's error if it could not acquire; otherwise fn's error
+// joined with the lease's *LostError if the lease was lost before fn
+// returned (the work may have been cut short), or with the Release error.
+// Every error after which calling Do again may succeed (the lease was lost,
+// the session ended during the wait, the waiter's record was removed,
+// etcd could not be reached) matches ErrRetryable, so a worker loop can be:
+//
+//	for {
+//		err := locks.Do(ctx, name, work)
+//		if !errors.Is(err, lease.ErrRetryable) {
+//			return err
+//		}
+//	}
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error) (err error) {
 	l, err := c.Acquire(ctx, name)
 	if err != nil {
@@ -493,9 +228,12 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
 		defer cancel()
 		relErr := l.Release(rctx)
-		if lost != nil {
-			err = errors.Join(err, lost)
-		} else {
+		switch {
+		case lost != nil:
+			err = errors.Join(err, retryable(lost))
+		case errors.Is(relErr, ErrNotOwner) || errors.Is(relErr, ErrNotFound):
+			err = errors.Join(err, retryable(relErr))
+		default:
 			err = errors.Join(err, relErr)
 		}
 	}()

@@ -18,6 +18,7 @@ type metrics struct {
 	results      *prometheus.CounterVec // op, outcome: done, not_owner, not_found, unknown, denied
 	losses       *prometheus.CounterVec // cause
 	duplicates   prometheus.Counter
+	foreign      prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -49,6 +50,10 @@ func newMetrics() *metrics {
 			Name: "fencekit_lease_duplicate_releases_total",
 			Help: "Release calls on a lease its holder had already released.",
 		}),
+		foreign: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencekit_lease_foreign_records_total",
+			Help: "Times a waiter found the record ahead of it kept by no session (an outsider's write): it blocks the lock until deleted.",
+		}),
 	}
 }
 
@@ -56,13 +61,14 @@ func newMetrics() *metrics {
 // Client already registered there is shared, so several Clients can report
 // to one registry.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	var errs [6]error
+	var errs [7]error
 	m.acquisitions, errs[0] = promreg.Register(reg, m.acquisitions)
 	m.wait, errs[1] = promreg.Register(reg, m.wait)
 	m.hold, errs[2] = promreg.Register(reg, m.hold)
 	m.results, errs[3] = promreg.Register(reg, m.results)
 	m.losses, errs[4] = promreg.Register(reg, m.losses)
 	m.duplicates, errs[5] = promreg.Register(reg, m.duplicates)
+	m.foreign, errs[6] = promreg.Register(reg, m.foreign)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("lease: register metrics: %w", err)
 	}

@@ -1,0 +1,114 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/fencekit/fencekit/internal/logattr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// orphan is a record that an acquisition may have written and no longer
+// wants: it is deleted, comparing its value (which holds that acquisition's
+// unique owner token), in the background.
+type orphan struct {
+	value string
+	sess  *session
+	// uncertain: a write of value may still be applied by etcd later (a
+	// request went out and its reply never came), so the record can appear
+	// after any delete. The entry then stays until its session ends, and
+	// the session is tainted so that it ends soon (see session.tainted).
+	uncertain bool
+	busy      bool // a delete is in flight
+}
+
+// abandon removes the record of a failed acquisition in the background,
+// so that the failed call returns within its ctx. The delete compares the
+// record's value; until it succeeds the key stays claimed, and a late
+// write that the watch sees is deleted at once. Records of a session that
+// ended go with it.
+func (c *Client) abandon(s *session, key, value string, uncertain bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || s.err != nil {
+		return
+	}
+	o := orphan{value: value, sess: s, uncertain: uncertain}
+	c.orphans[key] = o
+	c.cleanOrphanLocked(key, o)
+	if uncertain {
+		s.tainted = true
+		c.retireIfIdleLocked(s)
+	}
+}
+
+// releaseKeyLocked is called once l's record is gone: its key may be
+// reused, unless the acquisition's own write might still apply late, in
+// which case the key stays an orphan until the session ends. c.mu is held.
+func (c *Client) releaseKeyLocked(l *Lease) {
+	if !l.uncertain {
+		delete(l.sess.slots, l.key)
+		return
+	}
+	if l.sess.err == nil {
+		l.sess.tainted = true
+		c.orphans[l.key] = orphan{value: encodeValue(l.owner.Value(), 1), sess: l.sess, uncertain: true}
+	}
+}
+
+// deleteOrphans retries the deletion of s's orphans; it runs after every
+// renewal of s.
+func (c *Client) deleteOrphans(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, o := range c.orphans {
+		if o.sess == s && !o.busy {
+			c.cleanOrphanLocked(k, o)
+		}
+	}
+}
+
+// cleanOrphanLocked starts the owner-checked delete of one orphan. c.mu is
+// held.
+func (c *Client) cleanOrphanLocked(key string, o orphan) {
+	if o.busy || c.closed {
+		return
+	}
+	o.busy = true
+	c.orphans[key] = o
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.deleteOrphan(key, o)
+	}()
+}
+
+func (c *Client) deleteOrphan(key string, o orphan) {
+	ctx, cancel := context.WithTimeout(c.ctx, o.sess.ttl/3)
+	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", o.value)).
+		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok := c.orphans[key]
+	if !ok || cur.value != o.value || cur.sess != o.sess {
+		return // its session ended meanwhile
+	}
+	cur.busy = false
+	c.orphans[key] = cur
+	switch {
+	case err != nil:
+		if c.ctx.Err() == nil {
+			c.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
+		}
+	case cur.uncertain:
+		// Deleted or absent for now; a late write may still come, until
+		// the session is revoked.
+		c.retireIfIdleLocked(cur.sess)
+	default:
+		delete(c.orphans, key)
+		if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			delete(cur.sess.slots, key) // gone; otherwise someone else's record holds the key
+		}
+	}
+}

@@ -1,0 +1,346 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/logattr"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// opKind is a call that changes a lease's hold count.
+type opKind uint8
+
+const (
+	opRelease opKind = 1 << iota
+	opReenter
+)
+
+func (k opKind) String() string {
+	switch k {
+	case opRelease:
+		return "release"
+	case opReenter:
+		return "reenter"
+	}
+	return "renew"
+}
+
+// delta is the change k makes to the hold count.
+func (k opKind) delta() int {
+	if k == opRelease {
+		return -1
+	}
+	return 1
+}
+
+// relState says whether a delete of a held lease's record may be its
+// holder's own Release of the last hold.
+type relState uint8
+
+const (
+	relNone     relState = iota
+	relInFlight          // such a Release waits for etcd's reply: the reply decides
+	relPending           // such a Release returned with an unknown outcome: a delete is it
+)
+
+// pending records the calls whose reply was lost since the hold count was
+// last confirmed. Each of them compared the record's mod revision as last
+// confirmed, so at most one of them applied, and none can apply after any
+// later change; which one did shows in the stored hold count, since a
+// Release and a Reenter change it in opposite directions.
+type pending struct {
+	ops opKind // the kinds sent, as a set
+}
+
+func (p *pending) has(k opKind) bool { return p != nil && p.ops&k != 0 }
+
+// lastRelease reports whether a pending Release would have deleted the
+// record.
+func (l *Lease) lastRelease() bool { return l.pending.has(opRelease) && l.count == 1 }
+
+// maxAttempts bounds the transactions of one call: each failed compare
+// resolves the pending calls, so a call needs at most two.
+const maxAttempts = 3
+
+// Release gives up one hold. At the last hold it deletes the record and the
+// lease ends with ErrReleased; otherwise it stores the count minus one.
+// Either way it is one transaction comparing this acquisition's owner token,
+// creation revision and the record's last confirmed state.
+//
+// It returns nil when done; an error matching ErrNotOwner when another
+// acquisition holds the lock now, or ErrNotFound when nobody does (it
+// expired, was deleted, or was already released) — in both cases this
+// holder had lost the lock, and the lease ends with a *LostError if it had
+// not already. An error matching ErrOutcomeUnknown means etcd's reply was
+// lost or ctx ended: call Release again. That retry is safe whatever was
+// called in between (Renew included) and never releases twice; if the
+// record went meanwhile, the retry returns nil and Err is ErrReleased.
+// Releasing a lease that was already released returns an error, never nil.
+func (l *Lease) Release(ctx context.Context) error {
+	return l.change(ctx, opRelease)
+}
+
+// Reenter adds one hold to the lease, atomically in etcd: one transaction
+// comparing this acquisition's owner token, creation revision and hold
+// count. Every Reenter needs its own Release. The fencing token does not
+// change. Errors are as for Release: after one matching ErrOutcomeUnknown,
+// call Reenter again; it will not add two holds. A Release called instead
+// first finds out whether the Reenter applied (Holds reports it).
+func (l *Lease) Reenter(ctx context.Context) error {
+	return l.change(ctx, opReenter)
+}
+
+// change runs a Release or Reenter (op).
+func (l *Lease) change(ctx context.Context, op opKind) error {
+	if l == nil {
+		return errNilLease
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	switch err := l.Err(); {
+	case err == nil:
+	case err == ErrReleased && op == opRelease && l.lastRelease():
+		// The record went while this Release's outcome was unknown: this
+		// call is its retry.
+		l.pending = nil
+		l.logResult(op, "done", nil)
+		return nil
+	case op == opReenter:
+		return err
+	case err == ErrReleased:
+		l.c.met.duplicates.Inc()
+	}
+	for range maxAttempts {
+		next := l.count + op.delta()
+		last := next == 0
+		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next), clientv3.WithIgnoreLease())
+		if last {
+			write = clientv3.OpDelete(l.key)
+			l.c.setReleasing(l, relInFlight)
+		}
+		resp, err := l.txn(ctx, write)
+		if err != nil {
+			if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+				l.settleReleasing() // refused: not applied
+				l.logResult(op, "denied", err)
+				return fmt.Errorf("lease: %s %q: %w", op, l.name, err)
+			}
+			if l.pending == nil {
+				l.pending = &pending{}
+			}
+			l.pending.ops |= op
+			if l.settleReleasing() && l.lastRelease() {
+				// The watch saw the record deleted while this Release
+				// was in flight: it is gone, as asked.
+				l.pending = nil
+				l.released()
+				l.logResult(op, "done", nil)
+				return nil
+			}
+			l.logResult(op, "unknown", err)
+			return fmt.Errorf("lease: %s %q: %w: %w", op, l.name, ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+		}
+		if resp.Succeeded {
+			// Nothing pending applied, and now none can.
+			l.pending = nil
+			if last {
+				l.released()
+			} else {
+				l.count, l.modRev = next, resp.Header.Revision
+				l.settleReleasing()
+			}
+			l.logResult(op, "done", nil)
+			return nil
+		}
+		st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		l.settleReleasing()
+		if st.err != nil {
+			if l.lastRelease() {
+				// An earlier Release of the last hold deleted it.
+				l.pending = nil
+				l.released()
+				if op == opRelease {
+					l.logResult(op, "done", nil)
+					return nil
+				}
+				return ErrReleased
+			}
+			l.lose(st.err)
+			l.logResult(op, outcome(st.err), st.err)
+			return fmt.Errorf("lease: %s %q: %w", op, l.name, st.err)
+		}
+		applied := l.resolve(st)
+		l.count, l.modRev, l.pending = st.count, st.modRev, nil
+		if applied == op {
+			// An earlier try of this call applied: this is its retry.
+			l.logResult(op, "done", nil)
+			return nil
+		}
+	}
+	// Only someone writing this acquisition's own owner token could keep
+	// changing the record under it.
+	l.lose(ErrKeyOverwritten)
+	l.logResult(op, "not_owner", ErrKeyOverwritten)
+	return fmt.Errorf("lease: %s %q: %w: %w", op, l.name, ErrNotOwner, ErrKeyOverwritten)
+}
+
+// resolve returns which pending call applied, judging by the stored count.
+func (l *Lease) resolve(st stored) opKind {
+	switch {
+	case st.count == l.count-1 && l.pending.has(opRelease):
+		return opRelease
+	case st.count == l.count+1 && l.pending.has(opReenter):
+		return opReenter
+	}
+	return 0
+}
+
+// settleReleasing sets l.releasing after a call: pending while a Release
+// of the last hold has an unknown outcome, none otherwise. It reports
+// whether the watch saw the record deleted meanwhile.
+func (l *Lease) settleReleasing() (sawDelete bool) {
+	st := relNone
+	if l.lastRelease() {
+		st = relPending
+	}
+	return l.c.setReleasing(l, st)
+}
+
+// Renew confirms the lease and extends it: one read checks that the record
+// still has this acquisition's creation revision and owner token (it writes
+// nothing, so a stale Renew can neither extend a newer holder nor
+// re-create a missing record), then one keep-alive of the lease's session
+// extends the validity of every lease on it from the moment it was sent.
+//
+// The Client renews its sessions in the background, so Renew is needed only
+// to confirm ownership before a step that matters. Renew neither resolves
+// nor forgets a Release or Reenter whose outcome is unknown: retry that
+// call. Errors are as for Release; when the lease has already ended
+// locally (Done is closed) Renew returns Err() even if the record is still
+// there, because the Client gives such records up.
+func (l *Lease) Renew(ctx context.Context) error {
+	if l == nil {
+		return errNilLease
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
+	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+		l.logResult(opRenew, "denied", err)
+		return fmt.Errorf("lease: renew %q: %w", l.name, err)
+	}
+	if err != nil {
+		l.logResult(opRenew, "unknown", err)
+		return fmt.Errorf("lease: renew %q: %w: %w", l.name, ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+	}
+	st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	if st.err != nil {
+		if l.lastRelease() {
+			l.released() // the pending Release took effect; its retry returns nil
+			return ErrReleased
+		}
+		l.lose(st.err)
+		l.logResult(opRenew, outcome(st.err), st.err)
+		return fmt.Errorf("lease: renew %q: %w", l.name, st.err)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	ka, err := l.c.etcd.KeepAliveOnce(ctx, l.sess.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		l.c.endSession(l.sess, ErrSessionExpired)
+		return l.Err()
+	case err != nil:
+		l.logResult(opRenew, "unknown", err)
+		return fmt.Errorf("lease: renew %q: keep-alive: %w: %w", l.name, ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+	}
+	l.c.extend(l.sess, sent.Add(time.Duration(ka.TTL)*time.Second-l.sess.margin))
+	l.logResult(opRenew, "done", nil)
+	return nil
+}
+
+// opRenew names Renew in logs and metrics.
+const opRenew opKind = 0
+
+// reads are the reads that explain a failed compare: the record, and the
+// head of the lock's queue.
+func (l *Lease) reads() []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpGet(l.key),
+		clientv3.OpGet(dirOf(l.key), append(queueOpts(0), clientv3.WithLimit(1))...),
+	}
+}
+
+// txn runs one transaction on the record: if it is this acquisition's, as
+// last confirmed (same creation revision, mod revision and value), then
+// ops; otherwise the reads.
+func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	return l.c.etcd.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
+		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count)),
+	).Then(ops...).Else(l.reads()...).Commit()
+}
+
+// stored is what the reads found.
+type stored struct {
+	count  int
+	modRev int64
+	err    error // ErrNotOwner or ErrNotFound when the record is not this acquisition's
+}
+
+// judge explains the reads: ErrNotOwner when the record was overwritten or
+// another acquisition holds the lock now, ErrNotFound when nobody does, or
+// the stored hold count and mod revision when the record is ours.
+func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
+	if len(rec) == 0 {
+		if len(head) > 0 {
+			return stored{err: ErrNotOwner}
+		}
+		return stored{err: ErrNotFound}
+	}
+	kv := rec[0]
+	tok, n, ok := decodeValue(kv.Value)
+	if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
+		return stored{err: ErrNotOwner}
+	}
+	return stored{count: n, modRev: kv.ModRevision}
+}
+
+func outcome(err error) string {
+	switch {
+	case errors.Is(err, ErrPermissionDenied):
+		return "denied"
+	case errors.Is(err, ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	}
+	return "unknown"
+}
+
+func (l *Lease) logResult(op opKind, result string, err error) {
+	name := op.String()
+	l.c.met.results.WithLabelValues(name, result).Inc()
+	level := slog.LevelInfo
+	if op == opRenew && err == nil {
+		level = slog.LevelDebug
+	}
+	attrs := append(l.attrs(), logattr.Outcome(result))
+	if err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	if op == opRelease && err == nil {
+		attrs = append(attrs, slog.Duration("held", time.Since(l.acquired)))
+	}
+	l.c.log.LogAttrs(context.Background(), level, "lease "+name, attrs...)
+}

@@ -1,0 +1,364 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// session is one etcd lease of a Client, to which the records of its
+// acquisitions are attached. Its mutable fields are guarded by Client.mu.
+type session struct {
+	id         clientv3.LeaseID
+	ttl        time.Duration
+	margin     time.Duration
+	done       chan struct{}
+	err        error
+	validUntil time.Time
+	timer      *time.Timer
+	slots      map[string]struct{} // record keys in use (see claimSlot)
+
+	// tainted: a write attached to this session may still be applied
+	// later by etcd (its request went out and no reply came back), so a
+	// record could appear after its acquisition gave up. New acquisitions
+	// use a new session, and this one is revoked once it holds and waits
+	// for nothing: the revoke deletes any such record, and a write that
+	// arrives after it fails because the lease is gone.
+	tainted bool
+
+	// deleted are held leases whose records the watch saw deleted, while
+	// a goroutine asks etcd whether the session itself is gone.
+	deleted  []*Lease
+	checking bool
+}
+
+// errRetired ends a tainted session that nothing uses any more.
+var errRetired = errors.New("lease: session retired")
+
+// session returns the Client's current session, granting one if there is
+// none or the current one is tainted.
+func (c *Client) session(ctx context.Context) (*session, error) {
+	if s, err := c.liveSession(); s != nil || err != nil {
+		return s, err
+	}
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	if s, err := c.liveSession(); s != nil || err != nil {
+		return s, err
+	}
+	if err := c.startWatch(ctx); err != nil {
+		return nil, err
+	}
+	sent := time.Now()
+	resp, err := c.etcd.Grant(ctx, int64(c.cfg.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(rpcError(err), ctx.Err()))
+	}
+	ttl := time.Duration(resp.TTL) * time.Second
+	if ttl != c.cfg.ttl {
+		// etcd raises a TTL below its minimum without saying so; a holder
+		// would then block others longer than configured.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+		_, _ = c.etcd.Revoke(rctx, resp.ID)
+		cancel()
+		return nil, fmt.Errorf("%w: asked for %v, etcd granted %v (its minimum is 1.5 election timeouts)", ErrTTLTooShort, c.cfg.ttl, ttl)
+	}
+	margin := min(c.cfg.margin, ttl/2)
+	s := &session{
+		id:         resp.ID,
+		ttl:        ttl,
+		margin:     margin,
+		done:       make(chan struct{}),
+		validUntil: sent.Add(ttl - margin),
+		slots:      map[string]struct{}{},
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = c.revoke(s)
+		return nil, ErrClosed
+	}
+	old := c.sess
+	c.sess = s
+	c.sessions[s] = struct{}{}
+	s.timer = time.AfterFunc(time.Until(s.validUntil), func() { c.onDeadline(s) })
+	c.wg.Add(1)
+	if old != nil {
+		c.retireIfIdleLocked(old)
+	}
+	c.mu.Unlock()
+	go c.keepAlive(s)
+	c.log.Debug("lease session granted", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.Duration("ttl", ttl))
+	return s, nil
+}
+
+// liveSession returns the current session if it is usable for a new
+// acquisition, nil if a new one must be granted.
+func (c *Client) liveSession() (*session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.sess != nil && c.sess.tainted {
+		return nil, nil
+	}
+	return c.sess, nil
+}
+
+// revoke revokes s, bounded by the TTL.
+func (c *Client) revoke(s *session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	defer cancel()
+	_, err := c.etcd.Revoke(ctx, s.id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("lease: revoke session: %w", err)
+	}
+	return nil
+}
+
+// claimSlot returns the record key for a new acquisition of the lock whose
+// records live under dir: <dir><session id>-<slot>, with the lowest slot
+// this session is not using. Reusing keys, rather than writing a new one per
+// acquisition, keeps etcd's key index for the lock from growing with every
+// acquisition until the next compaction (each read of the queue would scan
+// it). A key is freed only once its record is known to be gone for good.
+func (c *Client) claimSlot(s *session, dir string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("%s%016x-%x", dir, int64(s.id), i)
+		if _, used := s.slots[key]; !used {
+			s.slots[key] = struct{}{}
+			return key
+		}
+	}
+}
+
+// freeSlot lets a later acquisition reuse key: its record is gone.
+func (c *Client) freeSlot(s *session, key string) {
+	c.mu.Lock()
+	delete(s.slots, key)
+	c.mu.Unlock()
+}
+
+// taint marks s so that no new acquisition uses it, and retires it once
+// idle (see session.tainted).
+func (c *Client) taint(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.tainted = true
+	c.retireIfIdleLocked(s)
+}
+
+// retireIfIdleLocked ends and revokes s, in the background, if it is
+// tainted and nothing held or waiting uses it. c.mu is held.
+func (c *Client) retireIfIdleLocked(s *session) {
+	if !s.tainted || s.err != nil || c.closed {
+		return
+	}
+	for _, l := range c.held {
+		if l.sess == s {
+			return
+		}
+	}
+	for _, w := range c.waiters {
+		if w.sess == s {
+			return
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if c.endSession(s, errRetired) {
+			if err := c.revoke(s); err != nil {
+				c.log.Warn("lease retired session revoke failed; it expires within its TTL",
+					slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
+			}
+		}
+	}()
+}
+
+// keepAlive renews s every third of its TTL and extends its validity from
+// the time each renewal was sent, until s ends.
+func (c *Client) keepAlive(s *session) {
+	defer c.wg.Done()
+	interval := s.ttl / 3
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+		c.mu.Lock()
+		until := s.validUntil
+		c.mu.Unlock()
+		sent := time.Now()
+		if floor := sent.Add(interval); until.Before(floor) {
+			until = floor
+		}
+		ctx, cancel := context.WithDeadline(c.ctx, until)
+		resp, err := c.etcd.KeepAliveOnce(ctx, s.id)
+		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			c.endSession(s, ErrSessionExpired)
+			return
+		case errors.Is(rpcError(err), ErrPermissionDenied):
+			// etcd refuses to renew a lease when the user may not write
+			// every key attached to it; the session is as good as gone.
+			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, rpcError(err)))
+			return
+		case err != nil:
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("lease session renewal failed", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
+			t.Reset(max(interval/4, 20*time.Millisecond))
+		default:
+			c.extend(s, sent.Add(time.Duration(resp.TTL)*time.Second-s.margin))
+			t.Reset(interval)
+		}
+		c.deleteOrphans(s)
+	}
+}
+
+// extend moves s's validity deadline forward to until.
+func (c *Client) extend(s *session, until time.Time) {
+	c.mu.Lock()
+	if s.err == nil && until.After(s.validUntil) {
+		s.validUntil = until
+	}
+	c.mu.Unlock()
+}
+
+// onDeadline runs when s's validity timer fires: it ends s unless a renewal
+// moved the deadline meanwhile, in which case it re-arms the timer.
+func (c *Client) onDeadline(s *session) {
+	c.mu.Lock()
+	if s.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	if d := time.Until(s.validUntil); d > 0 {
+		s.timer.Reset(d)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if !c.endSession(s, ErrDeadline) {
+		return
+	}
+	// The server may still hold the session; give up its records now rather
+	// than when it expires, so the next holder does not wait for the TTL.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed { // Close revokes it
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := c.revoke(s); err != nil {
+			c.log.Warn("lease session revoke after deadline failed", slog.String("error", err.Error()))
+		}
+	}()
+}
+
+// endSession ends s with cause and every lease attached to it, and reports
+// whether this call ended it. Waiters on s notice through s.done.
+func (c *Client) endSession(s *session, cause error) bool {
+	c.mu.Lock()
+	if s.err != nil {
+		c.mu.Unlock()
+		return false
+	}
+	s.err = cause
+	close(s.done)
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if c.sess == s {
+		c.sess = nil
+	}
+	delete(c.sessions, s)
+	var lost, released []*Lease
+	for k, l := range c.held {
+		if l.sess != s {
+			continue
+		}
+		delete(c.held, k)
+		if errors.Is(cause, ErrSessionExpired) && l.releasing == relPending {
+			// Its holder asked for it to go, and it went.
+			released = append(released, l)
+		} else {
+			lost = append(lost, l)
+		}
+	}
+	for k, o := range c.orphans {
+		if o.sess == s {
+			delete(c.orphans, k) // the record dies with the session
+		}
+	}
+	c.mu.Unlock()
+	for _, l := range released {
+		l.end(ErrReleased)
+	}
+	for _, l := range lost {
+		if cause == ErrClosed {
+			l.end(ErrClosed)
+		} else {
+			l.end(&LostError{Fence: l.Fence(), Cause: cause})
+		}
+	}
+	if cause != ErrClosed && cause != errRetired {
+		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
+			slog.String("cause", cause.Error()), slog.Int("leases_lost", len(lost)))
+	}
+	return true
+}
+
+// recordDeletedLocked handles the deletion of a held lease's record by someone
+// other than its holder: it asks etcd whether the session is gone, so that
+// a revoked or expired session is reported as ErrSessionExpired (its
+// records go first, the session's end is seen later) and a deleted record
+// as ErrKeyDeleted. l is no longer in c.held. c.mu is held, and the
+// Client is not closed.
+func (c *Client) recordDeletedLocked(l *Lease) {
+	s := l.sess
+	s.deleted = append(s.deleted, l)
+	if s.checking {
+		return
+	}
+	s.checking = true
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, min(s.ttl/4, time.Second))
+		resp, err := c.etcd.TimeToLive(ctx, s.id)
+		cancel()
+		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
+		c.mu.Lock()
+		ls := s.deleted
+		s.deleted, s.checking = nil, false
+		c.mu.Unlock()
+		cause := ErrKeyDeleted
+		if gone {
+			cause = ErrSessionExpired
+			c.endSession(s, ErrSessionExpired)
+		}
+		for _, l := range ls {
+			l.end(&LostError{Fence: l.Fence(), Cause: cause})
+		}
+	}()
+}
