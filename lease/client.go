@@ -89,13 +89,13 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
-		met:     met,
-		etcd:    cli,
-		cfg:     cfg,
-		src:     src,
-		log:     cfg.logger,
-		ctx:     ctx,
-		cancel:  cancel,
+		met:      met,
+		etcd:     cli,
+		cfg:      cfg,
+		src:      src,
+		log:      cfg.logger,
+		ctx:      ctx,
+		cancel:   cancel,
 		held:     map[string]*Lease{},
 		waiters:  map[string]*waiter{},
 		byDir:    map[string]map[*waiter]struct{}{},
@@ -152,4 +152,3 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	return errors.Join(errs...)
 }
-
