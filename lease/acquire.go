@@ -32,6 +32,7 @@ type waiter struct {
 	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
 	failErr         error
 	failOnce        sync.Once
+	watch *dirWatch // covers dir; set by addWaiter
 	// uncertain: a write of the record got no reply, so it may still
 	// apply later (see orphan.uncertain). Set by wait only.
 	uncertain bool
@@ -74,13 +75,13 @@ func (w *waiter) onPut(rev int64, mine bool) {
 	}
 }
 
-// resync applies what a read of the waiter's own record found after the
-// watch missed events: gone, or overwritten by someone else.
-func (w *waiter) resync(kv *mvccpb.KeyValue) {
+// resync applies what a read at revision at of the waiter's own record
+// found after the watch missed events: gone, or overwritten by someone else.
+func (w *waiter) resync(kv *mvccpb.KeyValue, at int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.myRev == 0 {
-		return // not written yet, as far as the waiter knows
+	if w.myRev == 0 || w.myRev > at {
+		return // not written when read, as far as the waiter knows
 	}
 	switch tok, _, ok := decodeValue(valueOf(kv)); {
 	case kv == nil || kv.CreateRevision != w.myRev:
@@ -267,6 +268,7 @@ func (c *Client) addWaiter(w *waiter) error {
 		return ErrClosed
 	}
 	w.reading()
+	w.watch = c.watchLocked(w.dir)
 	c.waiters[w.key] = w
 	if c.byDir[w.dir] == nil {
 		c.byDir[w.dir] = map[*waiter]struct{}{}
@@ -329,7 +331,10 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 				Commit()
 		}
 	}
-	var queue []*mvccpb.KeyValue
+	var (
+		queue   []*mvccpb.KeyValue
+		readRev int64
+	)
 	for {
 		resp, err := txn()
 		if err != nil {
@@ -348,10 +353,20 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 			} else {
 				queue = resp.Responses[1].GetResponseRange().Kvs
 			}
+			readRev = resp.Header.Revision
 			break
 		}
 		if err := c.retryable(ctx, s, w, err); err != nil {
 			return nil, err
+		}
+	}
+	if !try || len(queue) > 0 && string(queue[0].Key) == w.key {
+		q, err := c.catchUp(ctx, w, val, readRev)
+		if err != nil {
+			return nil, err
+		}
+		if q != nil {
+			queue = q
 		}
 	}
 	var myRev int64
@@ -398,6 +413,47 @@ func (c *Client) wait(ctx context.Context, w *waiter, val string, try bool) (*Le
 			if err := c.retryable(ctx, s, w, err); err != nil {
 				return nil, err
 			}
+		}
+	}
+}
+
+// catchUp makes sure that the watch of w's directory delivers every event
+// after readRev, the revision the queue was read at. A watch started after
+// that (a directory this Client had not watched yet) may have missed some:
+// then the queue and the waiter's own record are read again, and the new
+// queue returned.
+func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int64) ([]*mvccpb.KeyValue, error) {
+	select {
+	case <-w.watch.created:
+	case <-w.failc:
+		return nil, w.failure()
+	case <-w.sess.done:
+		return nil, w.sess.cause(c)
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-c.ctx.Done():
+		return nil, ErrClosed
+	}
+	if w.watch.start <= readRev {
+		return nil, nil
+	}
+	for {
+		w.reading()
+		resp, err := c.etcd.Get(ctx, w.dir, clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				if string(kv.Key) == w.key {
+					if string(kv.Value) != val {
+						return nil, ErrKeyOverwritten
+					}
+					return resp.Kvs, nil
+				}
+			}
+			return nil, ErrKeyDeleted
+		}
+		if err := c.retryable(ctx, w.sess, w, err); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -38,15 +38,16 @@ type Client struct {
 
 	// mu guards the fields below, every session's mutable fields, the
 	// releasing/sawDelete fields of every Lease, and the orphans.
-	mu       sync.Mutex
-	closed   bool
-	watching bool
-	sess     *session              // the session new acquisitions use; nil if none
-	sessions map[*session]struct{} // every session not yet ended
-	held     map[string]*Lease     // record key -> lease
-	waiters  map[string]*waiter    // own record key -> waiter
-	byDir    map[string]map[*waiter]struct{}
-	orphans  map[string]orphan // record key -> record to delete
+	mu         sync.Mutex
+	closed     bool
+	watches    map[string]*dirWatch  // lock directory (or the prefix) -> its watch
+	prefixMode bool                  // one watch of the whole prefix (see maxDirWatches)
+	sess       *session              // the session new acquisitions use; nil if none
+	sessions   map[*session]struct{} // every session not yet ended
+	held       map[string]*Lease     // record key -> lease
+	waiters    map[string]*waiter    // own record key -> waiter
+	byDir      map[string]map[*waiter]struct{}
+	orphans    map[string]orphan // record key -> record to delete
 }
 
 // New returns a Client that keeps its records in etcd through cli. New does
@@ -101,6 +102,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		byDir:    map[string]map[*waiter]struct{}{},
 		orphans:  map[string]orphan{},
 		sessions: map[*session]struct{}{},
+		watches:  map[string]*dirWatch{},
 	}, nil
 }
 

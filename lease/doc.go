@@ -25,10 +25,28 @@
 // every acquisition): its value holds a fresh owner token
 // (package owner) and a hold count, and it is attached to the session. The
 // record whose creation revision is lowest holds the lock; the others wait
-// in that order (FIFO across processes), each woken by the Client's single
-// watch of its prefix when the record ahead of it goes. The creation
+// in that order (FIFO across processes), each woken by its Client's watch
+// of the lock's directory when the record ahead of it goes. The creation
 // revision of the record is the fencing token (package fence): every later
 // acquisition's record is created at a higher revision.
+//
+// # What a Client costs etcd
+//
+// A Client watches only the lock directories (<prefix><name>/) it holds,
+// waits for or cleans up a record in, plus those it used in the last TTL,
+// so that a lock taken again and again keeps its watch. All its watches
+// share one gRPC stream, and each starts at the current revision, so etcd
+// keeps it in its "synced" set and delivers events within a millisecond.
+// With D such directories, a Client costs etcd
+//
+//	watchers = min(D, 512), or 1 once D has exceeded 512
+//	events/s = the record changes per second in those D directories
+//	         + 1 keep-alive per session per TTL/3
+//
+// (events of other Clients' locks never reach it). Past 512 directories a
+// Client watches its whole prefix instead, for the rest of its life, and
+// then receives every change under the prefix: give such a Client a
+// prefix of its own if other Clients share it.
 //
 // Release and Reenter are each one transaction that compares the record's
 // creation revision, owner token, hold count and mod revision as last

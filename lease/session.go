@@ -52,9 +52,6 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	if s, err := c.liveSession(); s != nil || err != nil {
 		return s, err
 	}
-	if err := c.startWatch(ctx); err != nil {
-		return nil, err
-	}
 	sent := time.Now()
 	resp, err := c.etcd.Grant(ctx, int64(c.cfg.ttl/time.Second))
 	if err != nil {
@@ -230,6 +227,9 @@ func (c *Client) keepAlive(s *session) {
 			t.Reset(interval)
 		}
 		c.deleteOrphans(s)
+		c.mu.Lock()
+		c.sweepLocked(false)
+		c.mu.Unlock()
 	}
 }
 

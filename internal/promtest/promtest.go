@@ -11,7 +11,7 @@ import (
 
 // Values returns the series of the metric family name in reg, keyed by
 // their label pairs in name order ("op=fence,outcome=stale"; "" without
-// labels): a counter's value, or a histogram's sample count.
+// labels): a counter's or a gauge's value, or a histogram's sample count.
 func Values(t testing.TB, reg prometheus.Gatherer, name string) map[string]float64 {
 	t.Helper()
 	fams, err := reg.Gather()
@@ -29,6 +29,9 @@ func Values(t testing.TB, reg prometheus.Gatherer, name string) map[string]float
 				kv = append(kv, l.GetName()+"="+l.GetValue())
 			}
 			v := m.GetCounter().GetValue()
+			if g := m.GetGauge(); g != nil {
+				v = g.GetValue()
+			}
 			if h := m.GetHistogram(); h != nil {
 				v = float64(h.GetSampleCount())
 			}

@@ -1,0 +1,173 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// watchers is the number of watchers the embedded etcd servers of this
+// process serve (etcd registers its metrics on the default registry).
+func watchers(t *testing.T) float64 {
+	return promtest.Values(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_watcher_total")[""]
+}
+
+// A Client watches the lock directories it has records in, and stops
+// watching them about a TTL after it has none there.
+func TestWatchesFollowTheClientsLocks(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	base := watchers(t)
+	c := newClient(t, cli, lease.WithTTL(time.Second))
+	others := newClient(t, etcdtest.Client(t, cl))
+	for i := range 5 {
+		_, err := others.Acquire(ctx, fmt.Sprintf("unrelated-%d", i))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return watchers(t) == base+5 }, 5*time.Second, 10*time.Millisecond)
+
+	a, err := c.Acquire(ctx, "w1")
+	require.NoError(t, err)
+	b, err := c.Acquire(ctx, "w2")
+	require.NoError(t, err)
+	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = c.Acquire(actx, "w1") // waits in the same directory: no new watch
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, base+5+2, watchers(t), "one watch per directory this client has records in")
+
+	require.NoError(t, a.Release(ctx))
+	require.NoError(t, b.Release(ctx))
+	require.Eventually(t, func() bool { return watchers(t) == base+5 }, 10*time.Second, 50*time.Millisecond,
+		"watches of directories without records stop after about a TTL")
+}
+
+// A Client with records in more directories than it watches one by one
+// switches to one watch of its prefix, and still sees every loss.
+func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	base := watchers(t)
+	c := newClient(t, cli)
+	const n = 600
+	ls := make([]*lease.Lease, n)
+	for i := range ls {
+		var err error
+		ls[i], err = c.Acquire(ctx, fmt.Sprintf("many-%d", i))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return watchers(t) == base+1 }, 10*time.Second, 20*time.Millisecond,
+		"got %v watchers", watchers(t)-base)
+
+	for _, i := range []int{0, 300, n - 1} {
+		key, _ := heldRecord(t, cli, fmt.Sprintf("many-%d", i))
+		_, err := cli.Delete(ctx, key)
+		require.NoError(t, err)
+		select {
+		case <-ls[i].Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("loss of lease %d not signalled", i)
+		}
+		require.ErrorIs(t, ls[i].Err(), lease.ErrKeyDeleted)
+	}
+	// Waiting and handing over still work in prefix mode.
+	other := newClient(t, cli)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "many-5")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitRecords(t, cli, "many-5", 2)
+	require.NoError(t, ls[5].Release(ctx))
+	require.NoError(t, <-got)
+	_ = other
+}
+
+// A holder's record deleted while its watch reconnects is still reported.
+func TestDeleteWhileWatchReconnects(t *testing.T) {
+	px := newProxied(t)
+	ctx := ctxT(t, 30*time.Second)
+	l, err := px.c.Acquire(ctx, "rc")
+	require.NoError(t, err)
+	key, _ := heldRecord(t, px.direct, "rc")
+	px.p.ResetConns()
+	_, err = px.direct.Delete(ctx, key)
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete was never reported")
+	}
+	require.ErrorIs(t, l.Err(), lease.ErrKeyDeleted)
+}
+
+// A delete during a partition whose events are compacted away before the
+// holder reconnects is still a loss.
+func TestDeleteAcrossCompactionIsALoss(t *testing.T) {
+	px := newProxied(t)
+	ctx := ctxT(t, 30*time.Second)
+	l, err := px.c.Acquire(ctx, "dc")
+	require.NoError(t, err)
+	key, _ := heldRecord(t, px.direct, "dc")
+	px.p.Blackhole()
+	_, err = px.direct.Delete(ctx, key)
+	require.NoError(t, err)
+	resp, err := px.direct.Put(ctx, "unrelated", "x")
+	require.NoError(t, err)
+	_, err = px.direct.Compact(ctx, resp.Header.Revision)
+	require.NoError(t, err)
+	px.p.Resume()
+	px.p.ResetConns()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete was never reported")
+	}
+	require.ErrorIs(t, l.Err(), lease.ErrLost)
+}
+
+// A waiter of a Client that never watched the lock's directory is woken
+// by its predecessor's delete, without waiting for etcd's slow sweep of
+// unsynced watchers.
+func TestHandoffToAFreshClientIsPrompt(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newClient(t, cli)
+	for i := range 10 {
+		name := fmt.Sprintf("fresh-%d", i)
+		h, err := holder.Acquire(ctx, name)
+		require.NoError(t, err)
+		w := newClient(t, etcdtest.Client(t, cl))
+		got := make(chan time.Time, 1)
+		go func() {
+			l, err := w.Acquire(ctx, name)
+			if err == nil {
+				got <- time.Now()
+				l.Release(ctx)
+			}
+			close(got)
+		}()
+		waitRecords(t, cli, name, 2)
+		released := time.Now()
+		require.NoError(t, h.Release(ctx))
+		at, ok := <-got
+		require.True(t, ok)
+		assert.Less(t, at.Sub(released), 80*time.Millisecond, "handoff %d", i)
+	}
+	_ = clientv3.WithPrefix
+}
