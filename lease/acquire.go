@@ -32,7 +32,7 @@ type waiter struct {
 	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
 	failErr         error
 	failOnce        sync.Once
-	watch *dirWatch // covers dir; set by addWaiter
+	watch           *dirWatch // covers dir; set by addWaiter
 	// uncertain: a write of the record got no reply, so it may still
 	// apply later (see orphan.uncertain). Set by wait only.
 	uncertain bool
