@@ -52,7 +52,7 @@ func (c *Client) releaseKeyLocked(l *Lease) {
 	}
 	if l.sess.err == nil {
 		l.sess.tainted = true
-		c.orphans[l.key] = orphan{value: encodeValue(l.owner.Value(), 1), sess: l.sess, uncertain: true}
+		c.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
 	}
 }
 

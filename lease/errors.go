@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,8 +35,15 @@ var (
 	// which calling again may succeed: the lease was lost, the session
 	// ended during the wait, the waiter's record was removed, or etcd could
 	// not be reached. It never matches a ctx error, ErrClosed,
-	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort or ErrHeld.
+	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrMismatch or
+	// ErrHeld.
 	ErrRetryable = errors.New("lease: retryable")
+	// ErrMismatch reports that one lock name is used as different kinds of
+	// lock (a Lease or write lock, a semaphore, an election) or as
+	// semaphores of different sizes: every participant must agree. The
+	// acquisition that found the other kind ahead of it fails; nothing is
+	// left behind.
+	ErrMismatch = errors.New("lease: lock used with another kind or size")
 	// ErrClosed reports that the Client was closed; it is also the Err of
 	// leases that ended because of it.
 	ErrClosed = errors.New("lease: client closed")
@@ -86,6 +95,26 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 // Unwrap returns the cause.
 func (e *LostError) Unwrap() error { return e.Cause }
 
+// opError is the error of a call on a lock, read as
+// lease: <op> "<name>": <cause> with one "lease: " however deep the cause.
+type opError struct {
+	op, name string
+	err      error
+}
+
+func (e *opError) Error() string {
+	return fmt.Sprintf("lease: %s %q: %s", e.op, e.name, strings.TrimPrefix(e.err.Error(), "lease: "))
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+func opErr(op, name string, err error) error { return &opError{op: op, name: name, err: err} }
+
+// unknown is the cause of a call whose outcome is unknown.
+func unknown(ctx context.Context, err error) error {
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+}
+
 // retryableError marks an error after which calling again may succeed.
 type retryableError struct{ err error }
 
@@ -103,7 +132,7 @@ func retryable(err error) error {
 
 // permanent reports whether err is one that calling again cannot cure.
 func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld} {
+	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld, ErrMismatch} {
 		if errors.Is(err, e) {
 			return true
 		}

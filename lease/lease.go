@@ -28,9 +28,11 @@ type Lease struct {
 	name     string
 	key      string
 	owner    owner.Token
+	kind     recordKind
 	rev      int64
 	sess     *session
 	acquired time.Time
+	written  string // the value the acquisition wrote
 	// uncertain: a request that wrote this acquisition's record got no
 	// reply, so a copy of the write may still apply after the record is
 	// deleted (see orphan.uncertain).
@@ -45,6 +47,7 @@ type Lease struct {
 	count   int        // hold count last confirmed in etcd; guarded by opMu
 	modRev  int64      // the record's mod revision last confirmed; guarded by opMu
 	pending *pending   // calls whose outcome is unknown; guarded by opMu
+	payload string     // the public value stored with the record (elections); guarded by opMu
 
 	ctx    context.Context // cancelled, with the end's cause, when the lease ends
 	cancel context.CancelCauseFunc

@@ -119,7 +119,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 	for range maxAttempts {
 		next := l.count + op.delta()
 		last := next == 0
-		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next), clientv3.WithIgnoreLease())
+		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next, l.payload), clientv3.WithIgnoreLease())
 		if last {
 			write = clientv3.OpDelete(l.key)
 			l.c.setReleasing(l, relInFlight)
@@ -129,7 +129,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 			if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
 				l.settleReleasing() // refused: not applied
 				l.logResult(op, "denied", err)
-				return fmt.Errorf("lease: %s %q: %w", op, l.name, err)
+				return opErr(op.String(), l.name, err)
 			}
 			if l.pending == nil {
 				l.pending = &pending{}
@@ -144,7 +144,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 				return nil
 			}
 			l.logResult(op, "unknown", err)
-			return fmt.Errorf("lease: %s %q: %w: %w", op, l.name, ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+			return opErr(op.String(), l.name, unknown(ctx, err))
 		}
 		if resp.Succeeded {
 			// Nothing pending applied, and now none can.
@@ -173,7 +173,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 			}
 			l.lose(st.err)
 			l.logResult(op, outcome(st.err), st.err)
-			return fmt.Errorf("lease: %s %q: %w", op, l.name, st.err)
+			return opErr(op.String(), l.name, st.err)
 		}
 		applied := l.resolve(st)
 		l.count, l.modRev, l.pending = st.count, st.modRev, nil
@@ -187,7 +187,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 	// changing the record under it.
 	l.lose(ErrKeyOverwritten)
 	l.logResult(op, "not_owner", ErrKeyOverwritten)
-	return fmt.Errorf("lease: %s %q: %w: %w", op, l.name, ErrNotOwner, ErrKeyOverwritten)
+	return opErr(op.String(), l.name, fmt.Errorf("%w: %w", ErrNotOwner, ErrKeyOverwritten))
 }
 
 // resolve returns which pending call applied, judging by the stored count.
@@ -233,11 +233,11 @@ func (l *Lease) Renew(ctx context.Context) error {
 	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
 	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
 		l.logResult(opRenew, "denied", err)
-		return fmt.Errorf("lease: renew %q: %w", l.name, err)
+		return opErr("renew", l.name, err)
 	}
 	if err != nil {
 		l.logResult(opRenew, "unknown", err)
-		return fmt.Errorf("lease: renew %q: %w: %w", l.name, ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+		return opErr("renew", l.name, unknown(ctx, err))
 	}
 	st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 	if st.err != nil {
@@ -247,7 +247,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		}
 		l.lose(st.err)
 		l.logResult(opRenew, outcome(st.err), st.err)
-		return fmt.Errorf("lease: renew %q: %w", l.name, st.err)
+		return opErr("renew", l.name, st.err)
 	}
 	if err := l.Err(); err != nil {
 		return err
@@ -260,7 +260,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return l.Err()
 	case err != nil:
 		l.logResult(opRenew, "unknown", err)
-		return fmt.Errorf("lease: renew %q: keep-alive: %w: %w", l.name, ErrOutcomeUnknown, errors.Join(err, ctx.Err()))
+		return opErr("renew", l.name, fmt.Errorf("keep-alive: %w", unknown(ctx, err)))
 	}
 	l.c.extend(l.sess, sent.Add(time.Duration(ka.TTL)*time.Second-l.sess.margin))
 	l.logResult(opRenew, "done", nil)
@@ -275,7 +275,7 @@ const opRenew opKind = 0
 func (l *Lease) reads() []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(l.key),
-		clientv3.OpGet(dirOf(l.key), append(queueOpts(0), clientv3.WithLimit(1))...),
+		clientv3.OpGet(dirOf(l.key), append(queueOpts(), clientv3.WithLimit(1))...),
 	}
 }
 
@@ -286,7 +286,7 @@ func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnRespo
 	return l.c.etcd.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
 		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
-		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count)),
+		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)),
 	).Then(ops...).Else(l.reads()...).Commit()
 }
 

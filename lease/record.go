@@ -1,14 +1,85 @@
 package lease
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
 
-// A lock record lives at <prefix><name>/<session id>-<slot>; its value is
-// encodeValue(owner token, hold count) and it is attached to the session
-// lease of the Client that wrote it. The record with the lowest creation
-// revision under <prefix><name>/ holds the lock.
+// A lock record lives at <prefix><name>/<session id>-<slot><kind>, where
+// kind is "" for an exclusive record (a Lease, a write lock, an election
+// candidate), ".r" for a read lock and ".s<n>" for a permit of a semaphore
+// of n. Its value is encodeValue(owner token, hold count[, payload]) and it
+// is attached to the session lease of the Client that wrote it. Records
+// under <prefix><name>/ queue in creation-revision order.
+
+// recordKind says how a record is admitted (see admission).
+type recordKind struct {
+	shared bool // a read lock: only exclusive records ahead block it
+	limit  int  // a semaphore permit: admitted among the first limit records; 0 otherwise
+}
+
+var exclusive = recordKind{}
+
+// suffix is the end of a record key that names its kind.
+func (k recordKind) suffix() string {
+	switch {
+	case k.limit > 0:
+		return ".s" + strconv.Itoa(k.limit)
+	case k.shared:
+		return ".r"
+	}
+	return ""
+}
+
+func (k recordKind) String() string {
+	switch {
+	case k.limit > 0:
+		return fmt.Sprintf("semaphore of %d", k.limit)
+	case k.shared:
+		return "read lock"
+	}
+	return "exclusive lock"
+}
+
+// kindOf returns the kind of the record at key; ok is false for a key that
+// no fencekit Client writes.
+func kindOf(key string) (recordKind, bool) {
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	id, suffix, _ := strings.Cut(base, ".")
+	sess, slot, found := strings.Cut(id, "-")
+	if !found || len(sess) != 16 || !isHex(sess) || slot == "" || !isHex(slot) {
+		return recordKind{}, false
+	}
+	switch {
+	case suffix == "" && !strings.Contains(base, "."):
+		return exclusive, true
+	case suffix == "r":
+		return recordKind{shared: true}, true
+	case strings.HasPrefix(suffix, "s"):
+		n, err := strconv.Atoi(suffix[1:])
+		if err != nil || n < 1 || strconv.Itoa(n) != suffix[1:] {
+			return recordKind{}, false
+		}
+		return recordKind{limit: n}, true
+	}
+	return recordKind{}, false
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// mismatch is the error of a record of kind k queued behind one of kind
+// other that it cannot share a lock with.
+func mismatch(k, other recordKind) error {
+	return fmt.Errorf("%w: a %s queued behind a %s", ErrMismatch, k, other)
+}
 
 // dirOf returns the directory of a record key: <prefix><name>/.
 func dirOf(key string) string {
@@ -22,22 +93,33 @@ func dirName(key string) string {
 }
 
 // encodeValue is the stored value of a lock record: the owner token and the
-// hold count.
-func encodeValue(tok string, count int) string {
-	return tok + "#" + strconv.Itoa(count)
+// hold count, then, if not empty, a payload (an election candidate's
+// public value). Owner tokens never contain '#'.
+func encodeValue(tok string, count int, payload ...string) string {
+	v := tok + "#" + strconv.Itoa(count)
+	if len(payload) > 0 && payload[0] != "" {
+		v += "#" + payload[0]
+	}
+	return v
 }
 
 // decodeValue parses a record's value; ok is false for a value that no
 // fencekit Client wrote.
 func decodeValue(v []byte) (tok string, count int, ok bool) {
-	s := string(v)
-	i := strings.LastIndexByte(s, '#')
-	if i <= 0 {
-		return "", 0, false
+	tok, count, _, ok = decodeRecord(v)
+	return tok, count, ok
+}
+
+// decodeRecord parses a record's value, payload included.
+func decodeRecord(v []byte) (tok string, count int, payload string, ok bool) {
+	tok, rest, found := strings.Cut(string(v), "#")
+	if !found || tok == "" {
+		return "", 0, "", false
 	}
-	n, err := strconv.Atoi(s[i+1:])
-	if err != nil || n <= 0 {
-		return "", 0, false
+	n, payload, _ := strings.Cut(rest, "#")
+	count, err := strconv.Atoi(n)
+	if err != nil || count <= 0 || strconv.Itoa(count) != n {
+		return "", 0, "", false
 	}
-	return s[:i], n, true
+	return tok, count, payload, true
 }

@@ -231,8 +231,7 @@ func (c *Client) resync(key string) (int64, bool) {
 	}
 	for k, w := range c.waiters {
 		if strings.HasPrefix(k, key) {
-			w.resync(present[k], at)
-			w.wake()
+			w.resync(present, at)
 		}
 	}
 	c.mu.Unlock()

@@ -1,0 +1,210 @@
+package lease
+
+import (
+	"sync"
+
+	"github.com/fencekit/fencekit/owner"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// waiter is one acquisition between writing its record and being admitted.
+// Its fields below mu are guarded by mu; the Client's watch calls onDelete,
+// onPut, resync and wake.
+//
+// A waiter is admitted when fewer than need of the records ahead of it in
+// the queue block it (see admission). Records are only ever added behind
+// it (creation revisions only grow), so once the queue is read the set of
+// blockers can only shrink, one delete at a time: the watch counts them
+// down and the queue is never read again.
+//
+// Record keys are reused (see Client.claimSlot), so the watch may deliver
+// events of an earlier record under the same key. Every event is therefore
+// judged by its revision against the creation revision of the record in
+// question: a delete counts only if it came after that record was created.
+type waiter struct {
+	key, dir, owner string
+	kind            recordKind
+	tok             owner.Token
+	sess            *session
+	watch           *dirWatch     // covers dir; set by addWaiter
+	wakec           chan struct{} // admitted, or something to look at
+	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
+	failErr         error
+	failOnce        sync.Once
+	// uncertain: a write of the record got no reply, so it may still
+	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
+	uncertain bool
+
+	mu       sync.Mutex
+	myRev    int64            // creation revision of the waiter's record; 0 until known
+	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
+	blockers map[string]int64 // records ahead that block it: key -> creation revision; nil while reading
+	need     int              // admitted once len(blockers) < need
+	seen     map[string]int64 // latest delete revision per key seen while reading the queue
+}
+
+// onDelete tells the waiter that a record of its lock was deleted at rev.
+func (w *waiter) onDelete(key string, rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case key == w.key && w.myRev == 0:
+		w.ownDel = max(w.ownDel, rev)
+	case key == w.key:
+		if rev > w.myRev {
+			w.fail(ErrKeyDeleted)
+		}
+	case w.blockers == nil:
+		w.seen[key] = max(w.seen[key], rev)
+	default:
+		if crev, ok := w.blockers[key]; ok && rev > crev {
+			delete(w.blockers, key)
+			if len(w.blockers) < w.need {
+				w.wake()
+			}
+		}
+	}
+}
+
+// onPut tells the waiter that its own key was written at rev, by this
+// acquisition (mine) or by someone else.
+func (w *waiter) onPut(rev int64, mine bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !mine && w.myRev != 0 && rev > w.myRev {
+		w.fail(ErrKeyOverwritten)
+	}
+}
+
+// resync applies what a read of the lock's records at revision at found
+// after the watch missed events: the waiter's own record gone or
+// overwritten, blockers gone. It wakes the waiter if that admits it.
+func (w *waiter) resync(present map[string]*mvccpb.KeyValue, at int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.myRev == 0 || w.myRev > at {
+		return // not written when read, as far as the waiter knows
+	}
+	kv := present[w.key]
+	var val []byte
+	if kv != nil {
+		val = kv.Value
+	}
+	switch tok, _, ok := decodeValue(val); {
+	case kv == nil || kv.CreateRevision != w.myRev:
+		w.fail(ErrKeyDeleted)
+		return
+	case !ok || tok != w.owner:
+		w.fail(ErrKeyOverwritten)
+		return
+	}
+	if w.blockers == nil {
+		return
+	}
+	for key, crev := range w.blockers {
+		if b := present[key]; b == nil || b.CreateRevision != crev {
+			delete(w.blockers, key)
+		}
+	}
+	if len(w.blockers) < w.need {
+		w.wake()
+	}
+}
+
+// setMyRev records the creation revision of the waiter's record, and fails
+// the waiter if the watch already saw that record deleted.
+func (w *waiter) setMyRev(rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.myRev = rev
+	if w.ownDel > rev {
+		w.fail(ErrKeyDeleted)
+	}
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.wakec <- struct{}{}:
+	default:
+	}
+}
+
+func (w *waiter) fail(err error) {
+	w.failOnce.Do(func() {
+		w.failErr = err
+		close(w.failc)
+	})
+}
+
+// failure returns why the waiter failed, or nil.
+func (w *waiter) failure() error {
+	select {
+	case <-w.failc:
+		return w.failErr
+	default:
+		return nil
+	}
+}
+
+// reading starts a queue read: deletes are remembered until setBlockers.
+func (w *waiter) reading() {
+	w.mu.Lock()
+	w.blockers = nil
+	w.seen = map[string]int64{}
+	w.mu.Unlock()
+}
+
+// setBlockers sets the records that block the waiter, less those the watch
+// saw deleted during the read, and reports whether it is admitted.
+func (w *waiter) setBlockers(blockers map[string]int64, need int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, crev := range blockers {
+		if w.seen[key] > crev {
+			delete(blockers, key)
+		}
+	}
+	w.blockers, w.need, w.seen = blockers, need, nil
+	return len(blockers) < need
+}
+
+// admitted reports whether fewer than need records block the waiter.
+func (w *waiter) admitted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.blockers != nil && len(w.blockers) < w.need
+}
+
+// oldestBlocker returns the first record still blocking the waiter.
+func (w *waiter) oldestBlocker() (key string, crev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, r := range w.blockers {
+		if crev == 0 || r < crev {
+			key, crev = k, r
+		}
+	}
+	return key, crev
+}
+
+// admission computes, from the queue up to and including the waiter's own
+// record (in creation order), the records that block a record of kind k,
+// and how few of them admit it. It fails with ErrMismatch when the queue
+// holds records of a kind k cannot share a lock with.
+func admission(k recordKind, ahead []*mvccpb.KeyValue) (map[string]int64, int, error) {
+	blockers := make(map[string]int64, len(ahead))
+	for _, kv := range ahead {
+		other, ok := kindOf(string(kv.Key))
+		switch {
+		case !ok:
+			// Not a fencekit record: it blocks like an exclusive one (and
+			// is reported if it stays; see checkForeign).
+		case (k.limit > 0 || other.limit > 0) && other != k:
+			return nil, 0, mismatch(k, other)
+		case k.shared && other.shared:
+			continue // readers share
+		}
+		blockers[string(kv.Key)] = kv.CreateRevision
+	}
+	return blockers, max(k.limit, 1), nil
+}
