@@ -63,10 +63,12 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	l, err := c.acquireOnce(ctx, req)
 	for range 3 {
 		// errNoSession: the session was revoked or expired before the
-		// Client noticed, and nothing was written. errSlotTaken: someone
-		// else wrote the key this acquisition was to use. Either way,
-		// try again (on a new session, with another key).
-		if !errors.Is(err, errNoSession) && !errors.Is(err, errSlotTaken) || ctx.Err() != nil {
+		// Client noticed, and nothing was written. errRetired: the Client
+		// retired the session under this acquisition, which revokes its
+		// record. errSlotTaken: someone else wrote the key this
+		// acquisition was to use. Either way, try again (on a new
+		// session, with another key).
+		if !errors.Is(err, errNoSession) && !errors.Is(err, errSlotTaken) && !errors.Is(err, errRetired) || ctx.Err() != nil {
 			break
 		}
 		l, err = c.acquireOnce(ctx, req)
@@ -136,6 +138,9 @@ func (c *Client) addWaiter(w *waiter) error {
 	defer c.mu.Unlock()
 	if c.closed {
 		return ErrClosed
+	}
+	if w.sess.err != nil {
+		return errRetired // ended since this acquisition picked it: try another
 	}
 	w.reading()
 	w.watch = c.watchLocked(w.dir)
@@ -409,11 +414,6 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.held[w.key] = l
-	if w.uncertain {
-		// A copy of its write may apply after its release: retire the
-		// session once it is idle (see session.tainted).
-		w.sess.tainted = true
-	}
 	return l, nil
 }
 

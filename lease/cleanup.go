@@ -16,8 +16,9 @@ type orphan struct {
 	sess  *session
 	// uncertain: a write of value may still be applied by etcd later (a
 	// request went out and its reply never came), so the record can appear
-	// after any delete. The entry then stays until its session ends, and
-	// the session is tainted so that it ends soon (see session.tainted).
+	// after any delete. The entry then stays until its session ends: the
+	// watch deletes the record whenever it appears, and the session's end
+	// removes it for good (see session.tainted).
 	uncertain bool
 	busy      bool // a delete is in flight
 }
@@ -37,6 +38,19 @@ func (c *Client) abandon(s *session, key, value string, uncertain bool) {
 	c.orphans[key] = o
 	c.cleanOrphanLocked(key, o)
 	if uncertain {
+		c.addUncertainLocked(s)
+	}
+}
+
+// maxUncertain is how many orphans whose write may still apply a session
+// keeps before the Client retires it (see session.tainted).
+const maxUncertain = 32
+
+// addUncertainLocked counts one more uncertain orphan on s, and taints s
+// when there are too many to keep checking. c.mu is held.
+func (c *Client) addUncertainLocked(s *session) {
+	s.uncertain++
+	if s.uncertain >= maxUncertain {
 		s.tainted = true
 		c.retireIfIdleLocked(s)
 	}
@@ -51,8 +65,8 @@ func (c *Client) releaseKeyLocked(l *Lease) {
 		return
 	}
 	if l.sess.err == nil {
-		l.sess.tainted = true
 		c.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
+		c.addUncertainLocked(l.sess)
 	}
 }
 

@@ -75,10 +75,14 @@ var (
 	ErrDeadline = errors.New("lease: validity deadline passed without a confirmed renewal")
 )
 
-// LostError is the Err of a lease that ended without its holder releasing
-// it. errors.Is matches it against ErrLost and against its Cause.
+// LostError is the Err of a lease (or permit, or term) that ended without
+// its holder releasing it. errors.Is matches it against ErrLost and
+// against its Cause.
 type LostError struct {
-	// Fence is the fencing token of the acquisition that was lost.
+	// Lock is the lock's name.
+	Lock string
+	// Fence is the fencing token of the acquisition that was lost; the
+	// zero Token for a Permit, which has none.
 	Fence fence.Token
 	// Cause is ErrKeyDeleted, ErrKeyOverwritten, ErrSessionExpired,
 	// ErrDeadline, ErrNotOwner or ErrNotFound.
@@ -86,7 +90,10 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("lease %q (fence %d) lost: %v", e.Fence.Lock, e.Fence.Revision, e.Cause)
+	if e.Fence.Revision == 0 {
+		return fmt.Sprintf("lease %q lost: %v", e.Lock, e.Cause)
+	}
+	return fmt.Sprintf("lease %q (fence %d) lost: %v", e.Lock, e.Fence.Revision, e.Cause)
 }
 
 // Is reports whether target is ErrLost.

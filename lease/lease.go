@@ -43,11 +43,11 @@ type Lease struct {
 	releasing relState
 	sawDelete bool
 
-	opMu    sync.Mutex // serialises Renew, Reenter and Release
-	count   int        // hold count last confirmed in etcd; guarded by opMu
-	modRev  int64      // the record's mod revision last confirmed; guarded by opMu
-	pending *pending   // calls whose outcome is unknown; guarded by opMu
-	payload string     // the public value stored with the record (elections); guarded by opMu
+	opMu    sync.Mutex    // serialises Renew, Reenter and Release
+	count   int           // hold count last confirmed in etcd; guarded by opMu
+	modRev  int64         // the record's mod revision last confirmed; guarded by opMu
+	pending []pendingCall // calls whose outcome is unknown; guarded by opMu
+	payload string        // the public value stored with the record (elections); guarded by opMu
 
 	ctx    context.Context // cancelled, with the end's cause, when the lease ends
 	cancel context.CancelCauseFunc
@@ -143,7 +143,7 @@ func (l *Lease) lose(cause error) {
 	l.c.mu.Lock()
 	l.c.finishLocked(l, errors.Is(cause, ErrNotFound))
 	l.c.mu.Unlock()
-	l.end(&LostError{Fence: l.Fence(), Cause: cause})
+	l.end(l.lostError(cause))
 }
 
 // released ends the lease because its record is gone at its holder's
@@ -153,6 +153,15 @@ func (l *Lease) released() {
 	l.c.finishLocked(l, true)
 	l.c.mu.Unlock()
 	l.end(ErrReleased)
+}
+
+// lostError is the Err of l lost for cause.
+func (l *Lease) lostError(cause error) *LostError {
+	e := &LostError{Lock: l.name, Cause: cause}
+	if l.kind == exclusive {
+		e.Fence = l.Fence()
+	}
+	return e
 }
 
 // attrs are the fields every record about this lease carries, the same as

@@ -17,8 +17,10 @@ import (
 type opKind uint8
 
 const (
-	opRelease opKind = 1 << iota
+	opRenew opKind = iota
+	opRelease
 	opReenter
+	opProclaim
 )
 
 func (k opKind) String() string {
@@ -27,16 +29,21 @@ func (k opKind) String() string {
 		return "release"
 	case opReenter:
 		return "reenter"
+	case opProclaim:
+		return "proclaim"
 	}
 	return "renew"
 }
 
 // delta is the change k makes to the hold count.
 func (k opKind) delta() int {
-	if k == opRelease {
+	switch k {
+	case opRelease:
 		return -1
+	case opReenter:
+		return 1
 	}
-	return 1
+	return 0
 }
 
 // relState says whether a delete of a held lease's record may be its
@@ -49,20 +56,29 @@ const (
 	relPending           // such a Release returned with an unknown outcome: a delete is it
 )
 
-// pending records the calls whose reply was lost since the hold count was
-// last confirmed. Each of them compared the record's mod revision as last
-// confirmed, so at most one of them applied, and none can apply after any
-// later change; which one did shows in the stored hold count, since a
-// Release and a Reenter change it in opposite directions.
-type pending struct {
-	ops opKind // the kinds sent, as a set
+// pendingCall is a call whose reply was lost since the record was last
+// confirmed, and what it would have stored. Every such call compared the
+// record's mod revision as last confirmed, so at most one of them applied,
+// and none can apply after any later change; which one did shows in the
+// stored hold count and payload, which differ between calls of different
+// kinds (a Release and a Reenter move the count in opposite directions, a
+// Proclaim keeps it).
+type pendingCall struct {
+	op      opKind
+	count   int // 0: the record deleted
+	payload string
 }
-
-func (p *pending) has(k opKind) bool { return p != nil && p.ops&k != 0 }
 
 // lastRelease reports whether a pending Release would have deleted the
 // record.
-func (l *Lease) lastRelease() bool { return l.pending.has(opRelease) && l.count == 1 }
+func (l *Lease) lastRelease() bool {
+	for _, p := range l.pending {
+		if p.count == 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // maxAttempts bounds the transactions of one call: each failed compare
 // resolves the pending calls, so a call needs at most two.
@@ -83,7 +99,7 @@ const maxAttempts = 3
 // record went meanwhile, the retry returns nil and Err is ErrReleased.
 // Releasing a lease that was already released returns an error, never nil.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.change(ctx, opRelease)
+	return l.change(ctx, opRelease, "")
 }
 
 // Reenter adds one hold to the lease, atomically in etcd: one transaction
@@ -93,11 +109,11 @@ func (l *Lease) Release(ctx context.Context) error {
 // call Reenter again; it will not add two holds. A Release called instead
 // first finds out whether the Reenter applied (Holds reports it).
 func (l *Lease) Reenter(ctx context.Context) error {
-	return l.change(ctx, opReenter)
+	return l.change(ctx, opReenter, "")
 }
 
-// change runs a Release or Reenter (op).
-func (l *Lease) change(ctx context.Context, op opKind) error {
+// change runs a Release, Reenter or Proclaim (op, storing payload).
+func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 	if l == nil {
 		return errNilLease
 	}
@@ -111,15 +127,18 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 		l.pending = nil
 		l.logResult(op, "done", nil)
 		return nil
-	case op == opReenter:
+	case op != opRelease:
 		return err
 	case err == ErrReleased:
 		l.c.met.duplicates.Inc()
 	}
 	for range maxAttempts {
-		next := l.count + op.delta()
-		last := next == 0
-		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next, l.payload), clientv3.WithIgnoreLease())
+		next := pendingCall{op: op, count: l.count + op.delta(), payload: l.payload}
+		if op == opProclaim {
+			next.payload = payload
+		}
+		last := next.count == 0
+		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 		if last {
 			write = clientv3.OpDelete(l.key)
 			l.c.setReleasing(l, relInFlight)
@@ -131,10 +150,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 				l.logResult(op, "denied", err)
 				return opErr(op.String(), l.name, err)
 			}
-			if l.pending == nil {
-				l.pending = &pending{}
-			}
-			l.pending.ops |= op
+			l.pending = append(l.pending, next)
 			if l.settleReleasing() && l.lastRelease() {
 				// The watch saw the record deleted while this Release
 				// was in flight: it is gone, as asked.
@@ -152,7 +168,7 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 			if last {
 				l.released()
 			} else {
-				l.count, l.modRev = next, resp.Header.Revision
+				l.count, l.payload, l.modRev = next.count, next.payload, resp.Header.Revision
 				l.settleReleasing()
 			}
 			l.logResult(op, "done", nil)
@@ -175,9 +191,9 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 			l.logResult(op, outcome(st.err), st.err)
 			return opErr(op.String(), l.name, st.err)
 		}
-		applied := l.resolve(st)
-		l.count, l.modRev, l.pending = st.count, st.modRev, nil
-		if applied == op {
+		applied, ok := l.resolve(st)
+		l.count, l.payload, l.modRev, l.pending = st.count, st.payload, st.modRev, nil
+		if ok && applied == next {
 			// An earlier try of this call applied: this is its retry.
 			l.logResult(op, "done", nil)
 			return nil
@@ -190,15 +206,15 @@ func (l *Lease) change(ctx context.Context, op opKind) error {
 	return opErr(op.String(), l.name, fmt.Errorf("%w: %w", ErrNotOwner, ErrKeyOverwritten))
 }
 
-// resolve returns which pending call applied, judging by the stored count.
-func (l *Lease) resolve(st stored) opKind {
-	switch {
-	case st.count == l.count-1 && l.pending.has(opRelease):
-		return opRelease
-	case st.count == l.count+1 && l.pending.has(opReenter):
-		return opReenter
+// resolve returns the pending call that applied, judging by what is
+// stored.
+func (l *Lease) resolve(st stored) (pendingCall, bool) {
+	for _, p := range l.pending {
+		if p.count == st.count && p.payload == st.payload {
+			return p, true
+		}
 	}
-	return 0
+	return pendingCall{}, false
 }
 
 // settleReleasing sets l.releasing after a call: pending while a Release
@@ -267,9 +283,6 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
-// opRenew names Renew in logs and metrics.
-const opRenew opKind = 0
-
 // reads are the reads that explain a failed compare: the record, and the
 // head of the lock's queue.
 func (l *Lease) reads() []clientv3.Op {
@@ -292,8 +305,9 @@ func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnRespo
 
 // stored is what the reads found.
 type stored struct {
-	count  int
-	modRev int64
+	count   int
+	payload string
+	modRev  int64
 	err    error // ErrNotOwner or ErrNotFound when the record is not this acquisition's
 }
 
@@ -308,11 +322,11 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 		return stored{err: ErrNotFound}
 	}
 	kv := rec[0]
-	tok, n, ok := decodeValue(kv.Value)
+	tok, n, payload, ok := decodeRecord(kv.Value)
 	if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 		return stored{err: ErrNotOwner}
 	}
-	return stored{count: n, modRev: kv.ModRevision}
+	return stored{count: n, payload: payload, modRev: kv.ModRevision}
 }
 
 func outcome(err error) string {

@@ -24,13 +24,17 @@ type session struct {
 	timer      *time.Timer
 	slots      map[string]struct{} // record keys in use (see claimSlot)
 
-	// tainted: a write attached to this session may still be applied
-	// later by etcd (its request went out and no reply came back), so a
-	// record could appear after its acquisition gave up. New acquisitions
-	// use a new session, and this one is revoked once it holds and waits
-	// for nothing: the revoke deletes any such record, and a write that
-	// arrives after it fails because the lease is gone.
-	tainted bool
+	// uncertain counts the orphans of this session whose write may still
+	// be applied later by etcd (its request went out and no reply came
+	// back), so that their record could appear after their acquisition
+	// gave up. The Client deletes such a record whenever its watch sees it
+	// appear, until the session ends. Once there are maxUncertain of them
+	// the session is tainted: new acquisitions use a new session, and this
+	// one is revoked as soon as it holds and waits for nothing. The revoke
+	// deletes any such record, and a write that arrives after it fails
+	// because the lease is gone.
+	uncertain int
+	tainted   bool
 
 	// deleted are held leases whose records the watch saw deleted, while
 	// a goroutine asks etcd whether the session itself is gone.
@@ -318,7 +322,7 @@ func (c *Client) endSession(s *session, cause error) bool {
 		if cause == ErrClosed {
 			l.end(ErrClosed)
 		} else {
-			l.end(&LostError{Fence: l.Fence(), Cause: cause})
+			l.end(l.lostError(cause))
 		}
 	}
 	if cause != ErrClosed && cause != errRetired {
@@ -358,7 +362,7 @@ func (c *Client) recordDeletedLocked(l *Lease) {
 			c.endSession(s, ErrSessionExpired)
 		}
 		for _, l := range ls {
-			l.end(&LostError{Fence: l.Fence(), Cause: cause})
+			l.end(l.lostError(cause))
 		}
 	}()
 }

@@ -226,7 +226,7 @@ func (c *Client) resync(key string) (int64, bool) {
 		}
 		if tok, _, ok := decodeValue(kv.Value); l.releasing == relNone && (!ok || tok != l.owner.Value()) {
 			delete(c.held, k)
-			ends = append(ends, func() { l.end(&LostError{Fence: l.Fence(), Cause: ErrKeyOverwritten}) })
+			ends = append(ends, func() { l.end(l.lostError(ErrKeyOverwritten)) })
 		}
 	}
 	for k, w := range c.waiters {
@@ -266,7 +266,7 @@ func (c *Client) dispatch(ev *clientv3.Event) {
 		if l := c.held[key]; l != nil && l.releasing == relNone && rev > l.rev {
 			if ev.Kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 				delete(c.held, key)
-				end = func() { l.end(&LostError{Fence: l.Fence(), Cause: ErrKeyOverwritten}) }
+				end = func() { l.end(l.lostError(ErrKeyOverwritten)) }
 			}
 		}
 		if w := c.waiters[key]; w != nil {
