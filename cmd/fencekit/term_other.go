@@ -1,0 +1,14 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"os"
+)
+
+func isTerminal(*os.File) bool { return false }
+
+func noEcho(*os.File) (func(), error) {
+	return nil, errors.New("no terminal support on this platform")
+}
