@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,12 +52,17 @@ func cmdRun(args []string, e *Env) int {
 	f.conn.register(fs, e.Getenv, true)
 	fs.DurationVar(&f.wait, "wait", 0, "give up when the lock is not acquired within this time (0: wait forever)")
 	fs.BoolVar(&f.try, "try", false, "give up at once when the lock is held or waited for")
-	fs.DurationVar(&f.grace, "grace", time.Second, "after SIGTERM on lease loss, wait this long before SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 0, "after SIGTERM on lease loss, wait this long before SIGKILL (default: a tenth of the TTL)")
 	fs.DurationVar(&f.progress, "progress", 5*time.Second, "while waiting, print the time waited and the queue position this often (0: never)")
 	fs.BoolVar(&f.verbose, "v", false, "print when the lock is acquired and released")
 	lock, cmdline, err := parseRun(fs, args, e)
 	if err != nil {
 		return usageFail(e, "run", err)
+	}
+	graceSet := false
+	fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
+	if !graceSet {
+		f.grace = roundTTL(f.conn.ttl) / 10
 	}
 	if err := f.check(); err != nil {
 		return usageFail(e, "run", err)
@@ -104,7 +110,7 @@ func (f *runFlags) check() error {
 	case f.progress < 0:
 		return errors.New("--progress must not be negative")
 	}
-	ttl := (f.conn.ttl + time.Second - 1).Truncate(time.Second)
+	ttl := roundTTL(f.conn.ttl)
 	if m := f.margin(); 2*m >= ttl {
 		return fmt.Errorf("--grace %v needs a safety margin of %v, which must be less than half the TTL %v: use a longer --ttl or a shorter --grace", f.grace, m, ttl)
 	}
@@ -115,8 +121,13 @@ func (f *runFlags) check() error {
 // server could expire the session. It covers --grace plus 100 ms for
 // noticing and signalling, and is at least the library default.
 func (f *runFlags) margin() time.Duration {
-	ttl := (f.conn.ttl + time.Second - 1).Truncate(time.Second)
+	ttl := roundTTL(f.conn.ttl)
 	return max(ttl/10, 50*time.Millisecond, f.grace+100*time.Millisecond)
+}
+
+// roundTTL rounds d up to whole seconds, as lease.WithTTL does.
+func roundTTL(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 func (f *runFlags) run(lock string, cmdline []string, e *Env) int {
