@@ -80,6 +80,9 @@ func Main(args []string, e *Env) int {
 		usage(e.Stdout)
 		return ExitOK
 	}
+	if args[0] == watchdogCmd {
+		return runWatchdog(args[1:], e)
+	}
 	for _, c := range commands {
 		if c.name == args[0] {
 			return c.run(args[1:], e)

@@ -35,9 +35,12 @@
 // is why writes must carry FENCING_TOKEN to a resource that checks it.
 // When the command exits, run releases the lease and checks the result.
 //
-// run cannot protect against itself being paused (SIGSTOP, a frozen VM)
-// while its command keeps running: then nothing watches the lease. Fencing
-// at the resource covers that case too.
+// run confirms the lease every quarter TTL and keeps a deadline (the TTL
+// from when the last confirmed renewal was sent, minus the safety margin);
+// a watchdog process it starts next to the command holds the same deadline,
+// so the command is killed in time even while fencekit itself is stopped
+// (SIGSTOP, a debugger) or after it was killed. A machine that freezes as a
+// whole freezes the watchdog too: fencing at the resource covers that case.
 //
 // # Exit codes
 //

@@ -30,6 +30,10 @@ after --grace, and the cause is printed. The safety margin is widened to
 cover --grace, so when renewals stop, the command is dead before etcd can
 expire the session and hand the lock to anyone else.
 
+A watchdog process started next to the command holds the same deadline
+as fencekit (the TTL from the last confirmed renewal, minus the margin), so
+the command is also killed in time if fencekit itself is stopped or killed.
+
 When the command exits, the lease is released and the result checked.
 
 Exit codes: the command's own code (128+N if signal N ended it); 75 not
@@ -157,8 +161,12 @@ func (f *runFlags) run(lock string, cmdline []string, e *Env) int {
 		fmt.Fprintf(e.Stderr, "fencekit run: acquired %q, fencing token %s\n", lock, l.Fence())
 	}
 	code = f.supervise(l, cmdline, sigc, e)
-	if l.Err() != nil {
-		return code // lost: reported by supervise
+	if code == ExitLost {
+		return code // reported by supervise
+	}
+	if err := l.Err(); err != nil {
+		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d; the lease on %q was lost before it was released: %s\n", code, lock, lossCause(err))
+		return ExitLost
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
@@ -297,7 +305,28 @@ func orDash(s string) string {
 
 // supervise runs the command while l is held and returns its exit code, or
 // ExitLost after killing it when l is lost.
+//
+// Besides watching l.Done, it confirms the lease (l.Renew) every quarter
+// TTL and keeps a deadline: the TTL from when the last confirmed renewal
+// was sent, minus the safety margin. A watchdog process (see watchdog.go)
+// holds the same deadline, so the command is killed in time even if this
+// process is stopped or killed; this process kills it at the deadline too.
 func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Signal, e *Env) int {
+	ttl := roundTTL(f.conn.ttl)
+	validFor := func(sent time.Time) time.Time { return sent.Add(ttl - f.margin()) }
+	sent := time.Now()
+	rctx, rcancel := context.WithTimeout(context.Background(), ttl/4)
+	err := l.Renew(rctx)
+	rcancel()
+	if err != nil {
+		if l.Err() != nil {
+			fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost before the command started: %s\n", l.Name(), lossCause(l.Err()))
+			return ExitLost
+		}
+		return fail(e, "run", ExitConn, err)
+	}
+	deadline := validFor(sent)
+
 	cmd := exec.Command(cmdline[0], cmdline[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.Stdin, e.Stdout, e.Stderr
 	cmd.Env = append(withoutVars(os.Environ(), "FENCING_TOKEN", "FENCEKIT_LOCK"),
@@ -313,12 +342,42 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	wd, err := startWatchdog(pgid, f.grace, time.Until(deadline), e.Stderr)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "fencekit run: warning: %s: the command is not protected against fencekit itself being stopped\n", oneLine(err.Error()))
+	} else {
+		defer wd.stop()
+	}
+
+	type renewal struct {
+		sent time.Time
+		err  error
+	}
+	renewed := make(chan renewal, 1)
+	renewing := false
+	renewTick := time.NewTicker(ttl / 4)
+	defer renewTick.Stop()
+	own := time.NewTimer(time.Until(deadline))
+	defer own.Stop()
 
 	var (
 		lost    bool
 		killc   <-chan time.Time
 		waitErr error
 	)
+	kill := func(cause string) {
+		if lost {
+			return
+		}
+		lost = true
+		if wd != nil {
+			wd.dismiss() // this process does the killing
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost: %s; sent SIGTERM to the command, SIGKILL in %v\n", l.Name(), cause, f.grace)
+		t := time.NewTimer(f.grace)
+		killc = t.C
+	}
 loop:
 	for {
 		select {
@@ -327,27 +386,55 @@ loop:
 		case s := <-sigc:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-l.Done():
-			if lost {
-				continue
-			}
-			lost = true
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost: %s; sent SIGTERM to the command, SIGKILL in %v\n",
-				l.Name(), lossCause(l.Err()), f.grace)
-			t := time.NewTimer(f.grace)
-			defer t.Stop()
-			killc = t.C
+			kill(lossCause(l.Err()))
+		case <-own.C:
+			kill(fmt.Sprintf("no renewal confirmed within %v", ttl-f.margin()))
 		case <-killc:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			killc = nil
+		case <-renewTick.C:
+			if renewing || lost {
+				continue
+			}
+			renewing = true
+			go func() {
+				sent := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
+				defer cancel()
+				renewed <- renewal{sent, l.Renew(ctx)}
+			}()
+		case r := <-renewed:
+			renewing = false
+			if r.err != nil || lost {
+				continue // a loss shows through Done; else the deadline stands
+			}
+			deadline = validFor(r.sent)
+			own.Reset(time.Until(deadline))
+			if wd != nil {
+				wd.valid(time.Until(deadline))
+			}
 		}
+	}
+	if renewing {
+		<-renewed
 	}
 	if lost {
 		// Whatever the command left in its group goes too.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		return ExitLost
 	}
-	return waitCode(waitErr, cmd.ProcessState)
+	code := waitCode(waitErr, cmd.ProcessState)
+	// The exit and the loss can arrive together (after a stop, say); the
+	// command's code counts only if the lease held until it exited.
+	if err := l.Err(); err != nil {
+		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but the lease on %q was lost: %s\n", code, l.Name(), lossCause(err))
+		return ExitLost
+	}
+	if time.Now().After(deadline) {
+		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but no renewal of the lease on %q was confirmed within %v before\n", code, l.Name(), ttl-f.margin())
+		return ExitLost
+	}
+	return code
 }
 
 // lossCause says why a lease ended, in one line.

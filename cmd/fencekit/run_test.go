@@ -90,8 +90,8 @@ func TestRunPartitionKillsChildFirst(t *testing.T) {
 	paused := time.Now()
 	px.Pause()
 	require.Equal(t, ExitLost, a.wait(t, 30*time.Second), a.stderr.String())
-	assert.Contains(t, a.stderr.String(), "lost")
-	assert.Contains(t, a.stderr.String(), "validity deadline")
+	requireOneLine(t, a.stderr.String(), "lost")
+	assert.Regexp(t, "no renewal confirmed|validity deadline", a.stderr.String())
 	require.Equal(t, 0, b.wait(t, 30*time.Second), b.stderr.String())
 
 	evA := readEvents(t, outA)
@@ -160,4 +160,49 @@ func TestRunLeaseDeletedKillsChild(t *testing.T) {
 	term := waitEvent(t, out, "term", time.Second)
 	t.Logf("child got SIGTERM %v after the record was deleted", term.at.Sub(deleted).Round(time.Millisecond))
 	assert.Contains(t, p.stderr.String(), "lock record deleted")
+}
+
+// TestRunStoppedChildKilledFirst: while fencekit run is stopped (SIGSTOP),
+// its watchdog kills the child before another run's child starts.
+func TestRunStoppedChildKilledFirst(t *testing.T) {
+	cl := etcdtest.Start(t)
+	ep := cl.Members[0].ClientURL
+	dir := t.TempDir()
+	outA, outB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	a := start(t, childEnv("loop", outA), "run", "--endpoints", ep, "--ttl", "2s", "--grace", "300ms", "cron", "--", testExe(t))
+	waitEvent(t, outA, "start", 20*time.Second)
+	b := start(t, childEnv("record", outB, "FK_SLEEP=10ms"), "run", "--endpoints", ep, "--ttl", "2s", "cron", "--", testExe(t))
+	require.Eventually(t, func() bool {
+		_, out, _ := fk(t, nil, "status", "--endpoints", ep, "--json", "cron")
+		return strings.Count(out, `"fence"`) == 2
+	}, 20*time.Second, 50*time.Millisecond, "second run never queued")
+
+	stopped := time.Now()
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	require.Equal(t, 0, b.wait(t, 30*time.Second), b.stderr.String())
+	startB := waitEvent(t, outB, "start", time.Second)
+	evA := readEvents(t, outA)
+	last := evA[len(evA)-1]
+	assert.Equal(t, "term", last.name)
+	assert.True(t, last.at.Before(startB.at), "stopped run's child wrote %v after the second child started", last.at.Sub(startB.at))
+	t.Logf("SIGSTOP at 0; first child's last write at %v; second child started at %v (gap %v)",
+		last.at.Sub(stopped).Round(time.Millisecond), startB.at.Sub(stopped).Round(time.Millisecond), startB.at.Sub(last.at).Round(time.Millisecond))
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	assert.Equal(t, ExitLost, a.wait(t, 20*time.Second))
+	assert.Contains(t, a.stderr.String(), "watchdog")
+}
+
+// TestRunKilledChildKilled: when fencekit run is killed outright, its
+// watchdog still kills the child by the lease's deadline.
+func TestRunKilledChildKilled(t *testing.T) {
+	cl := etcdtest.Start(t)
+	out := filepath.Join(t.TempDir(), "out")
+	p := start(t, append(endpointsEnv(cl), childEnv("loop", out)...), "run", "--ttl", "2s", "--grace", "300ms", "solo", "--", testExe(t))
+	waitEvent(t, out, "start", 20*time.Second)
+	killed := time.Now()
+	require.NoError(t, p.cmd.Process.Kill())
+	p.wait(t, 5*time.Second)
+	term := waitEvent(t, out, "term", 5*time.Second)
+	assert.Less(t, term.at.Sub(killed), 2*time.Second, "child outlived the lease's TTL")
 }
