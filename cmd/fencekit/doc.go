@@ -27,7 +27,7 @@
 // FENCEKIT_LOCK=<lock> in its environment. SIGINT, SIGTERM and SIGHUP are
 // forwarded to the group. When the lease is lost, the group gets SIGTERM at
 // once and SIGKILL after --grace, and the cause is printed; run widens the
-// lease's safety margin to --grace plus 100 ms, so that when renewals stop
+// lease's safety margin to --grace plus 250 ms, so that when renewals stop
 // (a partition, a paused etcd) the command is dead before etcd can expire
 // the session and let another holder in. A record deleted by an operator or
 // a revoked session hands the lock over at once: the command is killed

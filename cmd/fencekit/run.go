@@ -27,8 +27,9 @@ fencekit are forwarded to the command's process group.
 When the lease is lost (renewals not confirmed in time, the record deleted,
 the session revoked), the process group gets SIGTERM at once and SIGKILL
 after --grace, and the cause is printed. The safety margin is widened to
-cover --grace, so when renewals stop, the command is dead before etcd can
-expire the session and hand the lock to anyone else.
+cover --grace (it is --grace + 250 ms, at least a tenth of the TTL), so
+when renewals stop, the command is dead before etcd can expire the session
+and hand the lock to anyone else.
 
 A watchdog process started next to the command holds the same deadline
 as fencekit (the TTL from the last confirmed renewal, minus the margin), so
@@ -122,11 +123,12 @@ func (f *runFlags) check() error {
 }
 
 // margin is the lease safety margin: Done closes this long before the
-// server could expire the session. It covers --grace plus 100 ms for
-// noticing and signalling, and is at least the library default.
+// server could expire the session. It covers --grace, the watchdog's slack
+// behind this process (watchdogSlack) and 150 ms for noticing and
+// signalling, and is at least the library default.
 func (f *runFlags) margin() time.Duration {
 	ttl := roundTTL(f.conn.ttl)
-	return max(ttl/10, 50*time.Millisecond, f.grace+100*time.Millisecond)
+	return max(ttl/10, 50*time.Millisecond, f.grace+watchdogSlack+150*time.Millisecond)
 }
 
 // roundTTL rounds d up to whole seconds, as lease.WithTTL does.
@@ -342,7 +344,7 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	wd, err := startWatchdog(pgid, f.grace, time.Until(deadline), e.Stderr)
+	wd, err := startWatchdog(pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "fencekit run: warning: %s: the command is not protected against fencekit itself being stopped\n", oneLine(err.Error()))
 	} else {
@@ -411,7 +413,7 @@ loop:
 			deadline = validFor(r.sent)
 			own.Reset(time.Until(deadline))
 			if wd != nil {
-				wd.valid(time.Until(deadline))
+				wd.valid(time.Until(deadline) + watchdogSlack)
 			}
 		}
 	}

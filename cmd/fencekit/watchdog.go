@@ -28,6 +28,11 @@ import (
 
 const watchdogCmd = "_watchdog"
 
+// watchdogSlack is how long after fencekit's own deadline the watchdog's
+// falls: while fencekit runs, it kills the command itself and dismisses
+// the watchdog first. The safety margin covers it (see runFlags.margin).
+const watchdogSlack = 100 * time.Millisecond
+
 // watchdog is a running watchdog process, seen from "fencekit run".
 type watchdog struct {
 	cmd  *exec.Cmd
