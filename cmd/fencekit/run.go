@@ -18,8 +18,8 @@ import (
 
 const runHelp = `Acquire LOCK, run COMMAND while holding it, then release it.
 
-The command runs in its own process group with stdin, stdout and stderr
-passed through, and with FENCING_TOKEN (the fencing token's text form,
+The command runs in its own process group (in the terminal's foreground
+when fencekit has it) with stdin, stdout and stderr passed through, and with FENCING_TOKEN (the fencing token's text form,
 "<revision>:<lock>", for guard's Fencing-Token header or sqlguard) and
 FENCEKIT_LOCK in its environment. SIGINT, SIGTERM and SIGHUP sent to
 fencekit are forwarded to the command's process group.
@@ -334,6 +334,12 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	cmd.Env = append(withoutVars(os.Environ(), "FENCING_TOKEN", "FENCEKIT_LOCK"),
 		"FENCING_TOKEN="+l.Fence().String(), "FENCEKIT_LOCK="+l.Name())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if in, ok := e.Stdin.(*os.File); ok {
+		if fd, ok := foregroundTTY(in); ok {
+			cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, fd
+			defer takeBackTTY(fd)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		code := ExitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {

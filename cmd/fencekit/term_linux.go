@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"os/signal"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,4 +27,25 @@ func noEcho(f *os.File) (func(), error) {
 		return nil, err
 	}
 	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
+}
+
+// foregroundTTY returns the descriptor of f when f is a terminal whose
+// foreground process group is fencekit's: an interactive run. The command
+// then gets the terminal (its own process group in the foreground), so it
+// can read it without being stopped by SIGTTIN.
+func foregroundTTY(f *os.File) (int, bool) {
+	fd := int(f.Fd())
+	pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	if err != nil || pg != syscall.Getpgrp() {
+		return 0, false
+	}
+	return fd, true
+}
+
+// takeBackTTY makes fencekit's process group the terminal's foreground
+// group again.
+func takeBackTTY(fd int) {
+	signal.Ignore(syscall.SIGTTOU) // asked from the background
+	defer signal.Reset(syscall.SIGTTOU)
+	_ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, syscall.Getpgrp())
 }
