@@ -162,9 +162,9 @@ func (f *runFlags) run(lock string, cmdline []string, e *Env) int {
 	if f.verbose {
 		fmt.Fprintf(e.Stderr, "fencekit run: acquired %q, fencing token %s\n", lock, l.Fence())
 	}
-	code = f.supervise(l, cmdline, sigc, e)
-	if code == ExitLost {
-		return code // reported by supervise
+	code, lost := f.supervise(l, cmdline, sigc, e)
+	if lost {
+		return ExitLost // reported by supervise
 	}
 	if err := l.Err(); err != nil {
 		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d; the lease on %q was lost before it was released: %s\n", code, lock, lossCause(err))
@@ -305,15 +305,16 @@ func orDash(s string) string {
 	return s
 }
 
-// supervise runs the command while l is held and returns its exit code, or
-// ExitLost after killing it when l is lost.
+// supervise runs the command while l is held and returns its exit code,
+// or lost after killing it when l is lost (or could not be confirmed in
+// time).
 //
 // Besides watching l.Done, it confirms the lease (l.Renew) every quarter
 // TTL and keeps a deadline: the TTL from when the last confirmed renewal
 // was sent, minus the safety margin. A watchdog process (see watchdog.go)
 // holds the same deadline, so the command is killed in time even if this
 // process is stopped or killed; this process kills it at the deadline too.
-func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Signal, e *Env) int {
+func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Signal, e *Env) (code int, lost bool) {
 	ttl := roundTTL(f.conn.ttl)
 	validFor := func(sent time.Time) time.Time { return sent.Add(ttl - f.margin()) }
 	sent := time.Now()
@@ -323,9 +324,9 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	if err != nil {
 		if l.Err() != nil {
 			fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost before the command started: %s\n", l.Name(), lossCause(l.Err()))
-			return ExitLost
+			return ExitLost, true
 		}
-		return fail(e, "run", ExitConn, err)
+		return fail(e, "run", ExitConn, err), false
 	}
 	deadline := validFor(sent)
 
@@ -345,7 +346,7 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = ExitNotFound
 		}
-		return fail(e, "run", code, err)
+		return fail(e, "run", code, err), false
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
@@ -369,7 +370,6 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	defer own.Stop()
 
 	var (
-		lost    bool
 		killc   <-chan time.Time
 		waitErr error
 	)
@@ -429,20 +429,20 @@ loop:
 	if lost {
 		// Whatever the command left in its group goes too.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return ExitLost
+		return ExitLost, true
 	}
-	code := waitCode(waitErr, cmd.ProcessState)
+	code = waitCode(waitErr, cmd.ProcessState)
 	// The exit and the loss can arrive together (after a stop, say); the
 	// command's code counts only if the lease held until it exited.
 	if err := l.Err(); err != nil {
 		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but the lease on %q was lost: %s\n", code, l.Name(), lossCause(err))
-		return ExitLost
+		return code, true
 	}
 	if time.Now().After(deadline) {
 		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but no renewal of the lease on %q was confirmed within %v before\n", code, l.Name(), ttl-f.margin())
-		return ExitLost
+		return code, true
 	}
-	return code
+	return code, false
 }
 
 // lossCause says why a lease ended, in one line.

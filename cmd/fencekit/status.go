@@ -29,7 +29,7 @@ type recordJSON struct {
 	FencingToken string    `json:"fencing_token"`
 	Owner        string    `json:"owner"`
 	Instance     string    `json:"instance"`
-	Since        time.Time `json:"since"`
+	Since        time.Time `json:"since,omitzero"`
 	Holds        int       `json:"holds"`
 	Session      string    `json:"session"`
 	SessionTTL   float64   `json:"session_ttl_seconds"`
