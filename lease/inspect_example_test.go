@@ -69,3 +69,33 @@ func ExampleClient_ForceRelease() {
 	// deleted the holder's record: true
 	// holder lost it: true
 }
+
+func ExampleClient_InspectAll() {
+	cli, stop := startEtcd()
+	defer stop()
+	ctx := context.Background()
+
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	for _, name := range []string{"billing", "archive"} {
+		l, err := locks.Acquire(ctx, name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+
+	all, err := locks.InspectAll(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, st := range all {
+		fmt.Println(st.Name, "held:", st.Holder != nil, "waiters:", len(st.Waiters))
+	}
+	// Output:
+	// archive held: true waiters: 0
+	// billing held: true waiters: 0
+}
