@@ -291,7 +291,10 @@ func queueNote(locks *lease.Client, lock string, timeout time.Duration) string {
 	me := owner.ProcessStart().UnixMilli()
 	for i, r := range recs {
 		if r.Instance == owner.Default().Instance() && r.Since.UnixMilli() == me {
-			return fmt.Sprintf(", position %d of %d (holder: fence %d, owner %s on %s)", i, len(recs)-1,
+			if i == 0 {
+				return ", at the head of the queue"
+			}
+			return fmt.Sprintf(", waiter %d of %d (holder: fence %d, owner %s on %s)", i, len(recs)-1,
 				recs[0].Fence.Revision, recs[0].OwnerDigest, orDash(recs[0].Instance))
 		}
 	}

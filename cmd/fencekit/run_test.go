@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,11 +129,14 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	locks := newLocks(t, cl)
 	l, err := locks.Acquire(ctxT(t, 10*time.Second), "busy")
 	require.NoError(t, err)
-	p := start(t, endpointsEnv(cl), "run", "busy", "--", "true")
+	p := start(t, endpointsEnv(cl), "run", "--progress", "100ms", "busy", "--", "true")
 	require.Eventually(t, func() bool {
 		st, err := locks.Inspect(ctxT(t, 5*time.Second), "busy")
 		return err == nil && len(st.Waiters) == 1
 	}, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.stderr.String(), "waiter 1 of 1 (holder: fence "+strconv.FormatInt(l.Fence().Revision, 10))
+	}, 10*time.Second, 20*time.Millisecond, "no progress line: %q", p.stderr.String())
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	assert.Equal(t, 130, p.wait(t, 10*time.Second))
 	assert.Contains(t, p.stderr.String(), "not acquired")
