@@ -31,14 +31,15 @@ type connFlags struct {
 	prefix         string
 	ttl            time.Duration
 
-	envErr error // a bad value in the environment, reported after parsing
+	envErr error               // a bad value in the environment, reported after parsing
+	getenv func(string) string // for the credentials, read after parsing
 }
 
 const connHelp = `Connection flags default to etcdctl's environment variables
 (ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER,
 ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT,
-ETCDCTL_INSECURE_SKIP_TLS_VERIFY); --prefix and --ttl to FENCEKIT_PREFIX and
-FENCEKIT_TTL. With --user NAME and no password given, fencekit asks for it
+ETCDCTL_INSECURE_SKIP_TLS_VERIFY); --prefix to FENCEKIT_PREFIX and (run)
+--ttl to FENCEKIT_TTL. With --user NAME and no password given, fencekit asks for it
 on the terminal.`
 
 // register adds the connection flags to fs, with defaults from getenv.
@@ -73,8 +74,11 @@ func (c *connFlags) register(fs *flagSet, getenv func(string) string, withTTL bo
 		insecure = b
 	}
 	fs.BoolVar(&c.insecureSkip, "insecure-skip-tls-verify", insecure, "do not verify etcd's TLS certificate (env ETCDCTL_INSECURE_SKIP_TLS_VERIFY)")
-	str(&c.user, "user", "ETCDCTL_USER", "", "etcd user name, or NAME:PASSWORD")
-	str(&c.password, "password", "ETCDCTL_PASSWORD", "", "etcd password (prefer the environment variable; asked on the terminal when --user has none)")
+	// Not defaults from the environment, which --help would print: the
+	// environment is read after parsing (see check).
+	fs.StringVar(&c.user, "user", "", "etcd user name, or NAME:PASSWORD (env ETCDCTL_USER)")
+	fs.StringVar(&c.password, "password", "", "etcd password (prefer the environment variable; asked on the terminal when --user has none) (env ETCDCTL_PASSWORD)")
+	c.getenv = getenv
 	dur(&c.dialTimeout, "dial-timeout", "ETCDCTL_DIAL_TIMEOUT", 2*time.Second, "how long to wait for etcd to answer the first request")
 	dur(&c.commandTimeout, "command-timeout", "ETCDCTL_COMMAND_TIMEOUT", 5*time.Second, "bound on each request after the first")
 	str(&c.prefix, "prefix", "FENCEKIT_PREFIX", lease.DefaultPrefix, "etcd key prefix of the lock records")
@@ -87,6 +91,12 @@ func (c *connFlags) register(fs *flagSet, getenv func(string) string, withTTL bo
 func (c *connFlags) check() error {
 	if c.envErr != nil {
 		return c.envErr
+	}
+	if c.user == "" {
+		c.user = c.getenv("ETCDCTL_USER")
+	}
+	if c.password == "" {
+		c.password = c.getenv("ETCDCTL_PASSWORD")
 	}
 	if len(c.endpointList()) == 0 {
 		return errors.New("--endpoints is empty")
