@@ -171,7 +171,10 @@ func (c *connFlags) connect(e *Env) (*clientv3.Client, error) {
 		}
 		cfg.Username, cfg.Password = name, pass
 	}
-	cli, err := clientv3.New(cfg)
+	cli, err := clientv3.New(cfg) // with credentials, New authenticates
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, &connError{fmt.Errorf("etcd at %s did not answer within %v (--dial-timeout): %w", c.endpoints, c.dialTimeout, err)}
+	}
 	if err != nil {
 		return nil, &connError{fmt.Errorf("etcd at %s: %w", c.endpoints, err)}
 	}
