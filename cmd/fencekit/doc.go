@@ -1,0 +1,79 @@
+// Command fencekit runs commands under named leases (distributed locks) in
+// etcd, shows who holds and waits for which lock, and gives operators a
+// break-glass release.
+//
+//	go install github.com/fencekit/fencekit/cmd/fencekit@latest
+//
+// Subcommands:
+//
+//	fencekit run [--wait D | --try] [--grace D] LOCK -- COMMAND [ARGS...]
+//	fencekit status [--json] [LOCK...]
+//	fencekit ls [--json]
+//	fencekit release --fence N LOCK
+//	fencekit etcd [--data-dir DIR] [--listen 127.0.0.1:2379]
+//
+// Connection flags follow etcdctl: --endpoints, --cacert, --cert, --key,
+// --user (NAME or NAME:PASSWORD), --password, --dial-timeout,
+// --command-timeout, with the ETCDCTL_* environment variables as defaults;
+// plus --prefix (default "fencekit/locks/", env FENCEKIT_PREFIX) and --ttl
+// (default 10s, env FENCEKIT_TTL). Flags go after the subcommand.
+//
+// # run
+//
+// run acquires LOCK (waiting in FIFO order, printing the time waited and
+// the queue position every --progress), then runs COMMAND in its own process
+// group with FENCING_TOKEN=<revision>:<lock> (package fence's text form:
+// send it as guard's Fencing-Token header or to sqlguard) and
+// FENCEKIT_LOCK=<lock> in its environment. SIGINT, SIGTERM and SIGHUP are
+// forwarded to the group. When the lease is lost, the group gets SIGTERM at
+// once and SIGKILL after --grace, and the cause is printed; run widens the
+// lease's safety margin to --grace plus 250 ms, so that when renewals stop
+// (a partition, a paused etcd) the command is dead before etcd can expire
+// the session and let another holder in. A record deleted by an operator or
+// a revoked session hands the lock over at once: the command is killed
+// within milliseconds, but the next holder may already have started, which
+// is why writes must carry FENCING_TOKEN to a resource that checks it.
+// When the command exits, run releases the lease and checks the result.
+//
+// run confirms the lease every quarter TTL and keeps a deadline (the TTL
+// from when the last confirmed renewal was sent, minus the safety margin);
+// a watchdog process it starts next to the command holds the same deadline,
+// so the command is killed in time even while fencekit itself is stopped
+// (SIGSTOP, a debugger) or after it was killed. A machine that freezes as a
+// whole freezes the watchdog too: fencing at the resource covers that case.
+//
+// # Exit codes
+//
+//	0..255  run: the command's own exit code (128+N when signal N ended it)
+//	1       release: refused, N is not the current holder; nothing deleted
+//	64      usage error (bad flag, argument, lock name or TTL); nothing done
+//	69      connection error: etcd unreachable within --dial-timeout, TLS or
+//	        authentication refused, or an outcome unknown
+//	75      run: lock not acquired (held, with --try; or --wait ran out)
+//	79      run: lease lost; the command was killed (or had exited and the
+//	        release found the lease lost)
+//	126     run: the command could not be started
+//	127     run: the command was not found
+//
+// A command whose own exit code is one of these makes them ambiguous; check
+// stderr, where fencekit says why it exits.
+//
+// # status and ls
+//
+// status prints, per lock, the holder and the waiters in order: fencing
+// token, owner digest (never the owner token), instance id, a lower bound
+// on when the record was written (the owner process's start, carried by its
+// owner token; etcd stores no times), hold count and session TTL left. ls
+// prints one line per lock. Both take --json.
+//
+// # release
+//
+// release --fence N LOCK deletes the holder's record in one etcd
+// transaction comparing its creation revision with N, and refuses when N is
+// not the current holder.
+//
+// # etcd
+//
+// etcd runs a single-member embedded etcd (go.etcd.io/etcd/server/v3/embed)
+// for development and demos, on 127.0.0.1:2379 by default.
+package main

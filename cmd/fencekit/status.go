@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencekit/fencekit/lease"
+)
+
+const statusHelp = `Show each lock's holder and its waiters in the order they will be served.
+Without LOCK arguments, every lock that is held or waited for.
+
+For the holder and each waiter: the fencing token, the owner digest (never
+the owner token), the instance id, "since" (a lower bound on when the record
+was written: the owner process's start time, which its owner token carries;
+etcd stores no times), the hold count, and the session TTL left.`
+
+const lsHelp = `List the locks that are held or waited for, one line each: holder's fence,
+owner digest, hold count, session TTL left and the number of waiters.`
+
+// recordJSON is a lock record in "status --json" output.
+type recordJSON struct {
+	Fence        int64     `json:"fence"`
+	FencingToken string    `json:"fencing_token"`
+	Owner        string    `json:"owner"`
+	Instance     string    `json:"instance"`
+	Since        time.Time `json:"since,omitzero"`
+	Holds        int       `json:"holds"`
+	Session      string    `json:"session"`
+	SessionTTL   float64   `json:"session_ttl_seconds"`
+	Key          string    `json:"key"`
+}
+
+// lockJSON is one lock in "status --json" output.
+type lockJSON struct {
+	Lock     string       `json:"lock"`
+	Revision int64        `json:"revision"`
+	Holder   *recordJSON  `json:"holder"`
+	Waiters  []recordJSON `json:"waiters"`
+}
+
+// lsJSON is one lock in "ls --json" output.
+type lsJSON struct {
+	Lock         string  `json:"lock"`
+	Fence        int64   `json:"fence"`
+	FencingToken string  `json:"fencing_token"`
+	Owner        string  `json:"owner"`
+	Holds        int     `json:"holds"`
+	SessionTTL   float64 `json:"session_ttl_seconds"`
+	Waiters      int     `json:"waiters"`
+}
+
+func toRecordJSON(r lease.Record) recordJSON {
+	return recordJSON{
+		Fence:        r.Fence.Revision,
+		FencingToken: r.Fence.String(),
+		Owner:        r.OwnerDigest,
+		Instance:     r.Instance,
+		Since:        r.Since,
+		Holds:        r.Holds,
+		Session:      strconv.FormatInt(r.Session, 16),
+		SessionTTL:   r.SessionTTL.Seconds(),
+		Key:          r.Key,
+	}
+}
+
+func toLockJSON(st lease.LockState) lockJSON {
+	out := lockJSON{Lock: st.Name, Revision: st.Revision, Waiters: []recordJSON{}}
+	if st.Holder != nil {
+		h := toRecordJSON(*st.Holder)
+		out.Holder = &h
+	}
+	for _, w := range st.Waiters {
+		out.Waiters = append(out.Waiters, toRecordJSON(w))
+	}
+	return out
+}
+
+func cmdStatus(args []string, e *Env) int {
+	var conn connFlags
+	fs := newFlagSet("status", statusHelp+"\n\n"+connHelp)
+	conn.register(fs, e.Getenv, false)
+	asJSON := fs.Bool("json", false, "print JSON: an array of {lock, revision, holder, waiters}")
+	names, err := parse(fs, args, e)
+	if err == nil {
+		err = conn.check()
+	}
+	for _, n := range names {
+		if err == nil {
+			err = lease.ValidateName(n)
+		}
+	}
+	if err != nil {
+		return usageFail(e, "status", err)
+	}
+	states, code := inspect(&conn, names, e, "status")
+	if code >= 0 {
+		return code
+	}
+	if *asJSON {
+		out := make([]lockJSON, 0, len(states))
+		for _, st := range states {
+			out = append(out, toLockJSON(st))
+		}
+		return writeJSON(e, "status", out)
+	}
+	writeStatus(e.Stdout, states)
+	return ExitOK
+}
+
+func cmdLs(args []string, e *Env) int {
+	var conn connFlags
+	fs := newFlagSet("ls", lsHelp+"\n\n"+connHelp)
+	conn.register(fs, e.Getenv, false)
+	asJSON := fs.Bool("json", false, "print JSON: an array of {lock, fence, fencing_token, owner, holds, session_ttl_seconds, waiters}")
+	pos, err := parse(fs, args, e)
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	if err == nil {
+		err = conn.check()
+	}
+	if err != nil {
+		return usageFail(e, "ls", err)
+	}
+	states, code := inspect(&conn, nil, e, "ls")
+	if code >= 0 {
+		return code
+	}
+	if *asJSON {
+		out := make([]lsJSON, 0, len(states))
+		for _, st := range states {
+			j := lsJSON{Lock: st.Name, Waiters: len(st.Waiters)}
+			if h := st.Holder; h != nil {
+				j.Fence, j.FencingToken, j.Owner, j.Holds, j.SessionTTL = h.Fence.Revision, h.Fence.String(), h.OwnerDigest, h.Holds, h.SessionTTL.Seconds()
+			}
+			out = append(out, j)
+		}
+		return writeJSON(e, "ls", out)
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tFENCE\tOWNER\tINSTANCE\tHOLDS\tTTL\tWAITERS")
+	for _, st := range states {
+		h := st.Holder
+		if h == nil {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\n", st.Name, len(st.Waiters))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\n", st.Name, h.Fence.Revision, h.OwnerDigest, orDash(h.Instance), h.Holds, ttlText(h.SessionTTL), len(st.Waiters))
+	}
+	tw.Flush()
+	return ExitOK
+}
+
+// inspect reads the named locks (all when names is empty). It returns the
+// states and -1, or on failure the exit code.
+func inspect(conn *connFlags, names []string, e *Env, cmd string) ([]lease.LockState, int) {
+	cli, err := conn.connect(e)
+	if err != nil {
+		return nil, fail(e, cmd, ExitConn, err)
+	}
+	defer cli.Close()
+	locks, err := lease.New(cli, conn.options()...)
+	if err != nil {
+		return nil, fail(e, cmd, ExitUsage, err)
+	}
+	defer locks.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
+	defer cancel()
+	if len(names) == 0 {
+		states, err := locks.InspectAll(ctx)
+		if err != nil {
+			return nil, fail(e, cmd, exitCode(err), err)
+		}
+		return states, -1
+	}
+	states := make([]lease.LockState, 0, len(names))
+	for _, n := range names {
+		st, err := locks.Inspect(ctx, n)
+		if err != nil {
+			return nil, fail(e, cmd, exitCode(err), err)
+		}
+		states = append(states, *st)
+	}
+	return states, -1
+}
+
+func writeJSON(e *Env, cmd string, v any) int {
+	enc := json.NewEncoder(e.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fail(e, cmd, ExitConn, err)
+	}
+	return ExitOK
+}
+
+func ttlText(d time.Duration) string {
+	if d < 0 {
+		return "gone"
+	}
+	return d.String()
+}
+
+func writeStatus(w io.Writer, states []lease.LockState) {
+	if len(states) == 0 {
+		fmt.Fprintln(w, "no lock is held or waited for")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tROLE\tFENCE\tOWNER\tINSTANCE\tSINCE>=\tHOLDS\tTTL")
+	for _, st := range states {
+		if st.Holder == nil {
+			fmt.Fprintf(tw, "%s\tfree\t-\t-\t-\t-\t-\t-\n", st.Name)
+		}
+		row := func(role string, r lease.Record) {
+			since := "-"
+			if !r.Since.IsZero() {
+				since = r.Since.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", st.Name, role, r.Fence.Revision, r.OwnerDigest, orDash(r.Instance), since, r.Holds, ttlText(r.SessionTTL))
+		}
+		if st.Holder != nil {
+			row("holder", *st.Holder)
+		}
+		for i, r := range st.Waiters {
+			row(fmt.Sprintf("waiter %d", i+1), r)
+		}
+	}
+	tw.Flush()
+}

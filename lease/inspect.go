@@ -1,0 +1,293 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/owner"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// LockState is what etcd holds for one lock at one revision: its holder and
+// its waiters in the order they will be served. It is a snapshot for
+// operators and tools; by the time it is read the lock may have changed
+// hands. It never carries an owner token.
+type LockState struct {
+	// Name is the lock's name.
+	Name string
+	// Holder is the acquisition holding the lock, or nil when nobody
+	// does.
+	Holder *Record
+	// Waiters are the acquisitions waiting for the lock, first to be
+	// served first.
+	Waiters []Record
+	// Revision is the etcd revision the snapshot was read at.
+	Revision int64
+}
+
+// Record describes one acquisition's lock record, without its owner token.
+type Record struct {
+	// Fence is the acquisition's fencing token (the record's creation
+	// revision).
+	Fence fence.Token
+	// OwnerDigest is the digest of the owner token, as logs show it
+	// (owner.Token.Digest).
+	OwnerDigest string
+	// Instance is the instance id carried by the owner token: the pod or
+	// host of the holder. It is "" when the record's value is not a
+	// fencekit owner token.
+	Instance string
+	// Since is a lower bound on when the record was written: the start
+	// of the owner's process, carried by its owner token, to the
+	// millisecond. etcd stores no times, so the exact moment of the write
+	// (or, for a holder that waited, of reaching the head of the queue) is
+	// not known; for a process that acquires right after it starts, such
+	// as "fencekit run", the bound is close. Zero when unknown.
+	Since time.Time
+	// Holds is the hold count (1 plus one per Reenter not yet released),
+	// or 0 when the record's value is not a fencekit lock value.
+	Holds int
+	// Session is the etcd lease (the holder Client's session) the record
+	// is attached to; 0 when none.
+	Session int64
+	// SessionTTL is how long the session has left unless renewed, as the
+	// etcd leader reported it (whole seconds); negative when the session
+	// no longer exists or was not read (ForceRelease does not read it).
+	SessionTTL time.Duration
+	// Key is the record's etcd key.
+	Key string
+}
+
+// NotHolderError is returned by ForceRelease when the given fencing
+// revision is not that of the lock's current holder. It matches ErrNotOwner
+// when another acquisition holds the lock, and ErrNotFound when nobody does.
+// Nothing was deleted.
+type NotHolderError struct {
+	// Lock is the lock's name.
+	Lock string
+	// Revision is the fencing revision ForceRelease was given.
+	Revision int64
+	// Holder is the current holder's fencing revision, 0 when the lock is
+	// free.
+	Holder int64
+}
+
+func (e *NotHolderError) Error() string {
+	if e.Holder == 0 {
+		return fmt.Sprintf("lease: force release %q fence %d: lock is free: %v", e.Lock, e.Revision, ErrNotFound)
+	}
+	return fmt.Sprintf("lease: force release %q fence %d: holder is fence %d: %v", e.Lock, e.Revision, e.Holder, ErrNotOwner)
+}
+
+// Is reports whether target is ErrNotOwner (the lock is held by another
+// acquisition) or ErrNotFound (it is free).
+func (e *NotHolderError) Is(target error) bool {
+	if e.Holder == 0 {
+		return target == ErrNotFound
+	}
+	return target == ErrNotOwner
+}
+
+// Inspect reads the state of the lock called name in one etcd request, plus
+// one request per distinct session for the TTLs left. It holds nothing,
+// writes nothing and needs only read access to the Client's prefix. A lock
+// nobody holds or waits for has a nil Holder and no Waiters.
+func (c *Client) Inspect(ctx context.Context, name string) (*LockState, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	dir := c.cfg.prefix + name + "/"
+	resp, err := c.etcd.Get(ctx, dir, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("lease: inspect %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	states, err := c.states(ctx, resp.Kvs, resp.Header.Revision)
+	if err != nil {
+		return nil, fmt.Errorf("lease: inspect %q: %w", name, err)
+	}
+	if len(states) == 0 {
+		return &LockState{Name: name, Revision: resp.Header.Revision}, nil
+	}
+	return &states[0], nil
+}
+
+// InspectAll reads the state of every lock that has a holder or a waiter
+// under the Client's prefix, sorted by name, as Inspect does for one.
+func (c *Client) InspectAll(ctx context.Context) ([]LockState, error) {
+	resp, err := c.etcd.Get(ctx, c.cfg.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("lease: inspect all: %w", errors.Join(rpcError(err), ctx.Err()))
+	}
+	states, err := c.states(ctx, resp.Kvs, resp.Header.Revision)
+	if err != nil {
+		return nil, fmt.Errorf("lease: inspect all: %w", err)
+	}
+	return states, nil
+}
+
+// states groups records by lock, orders each queue by creation revision and
+// reads the TTL left of each session.
+func (c *Client) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) ([]LockState, error) {
+	byLock := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		rest := strings.TrimPrefix(key, c.cfg.prefix)
+		if rest == key || strings.Count(rest, "/") != 1 || strings.HasPrefix(rest, "/") {
+			continue // not a record key: <prefix><name>/<session>-<slot>
+		}
+		name := dirName(key)
+		byLock[name] = append(byLock[name], kv)
+	}
+	ttls := map[int64]time.Duration{}
+	for _, kv := range kvs {
+		if kv.Lease == 0 {
+			continue
+		}
+		if _, ok := ttls[kv.Lease]; ok {
+			continue
+		}
+		ttl, err := c.sessionTTL(ctx, kv.Lease)
+		if err != nil {
+			return nil, err
+		}
+		ttls[kv.Lease] = ttl
+	}
+	states := make([]LockState, 0, len(byLock))
+	for name, recs := range byLock {
+		slices.SortFunc(recs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+		st := LockState{Name: name, Revision: rev}
+		for i, kv := range recs {
+			r := newRecord(name, kv, ttls)
+			if i == 0 {
+				st.Holder = &r
+			} else {
+				st.Waiters = append(st.Waiters, r)
+			}
+		}
+		states = append(states, st)
+	}
+	slices.SortFunc(states, func(a, b LockState) int { return strings.Compare(a.Name, b.Name) })
+	return states, nil
+}
+
+// sessionTTL returns the TTL left of an etcd lease, or -1 when it no longer
+// exists.
+func (c *Client) sessionTTL(ctx context.Context, id int64) (time.Duration, error) {
+	resp, err := c.etcd.TimeToLive(ctx, clientv3.LeaseID(id))
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return -1, nil
+	case err != nil:
+		return 0, fmt.Errorf("session %x TTL: %w", id, errors.Join(rpcError(err), ctx.Err()))
+	case resp.TTL < 0:
+		return -1, nil
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// newRecord describes kv without its owner token.
+func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) Record {
+	r := Record{
+		Fence:      fence.Token{Lock: name, Revision: kv.CreateRevision},
+		Session:    kv.Lease,
+		SessionTTL: -1,
+		Key:        string(kv.Key),
+	}
+	if ttl, ok := ttls[kv.Lease]; ok {
+		r.SessionTTL = ttl
+	}
+	tok, n, ok := decodeValue(kv.Value)
+	if !ok {
+		r.OwnerDigest = logattr.Hash(string(kv.Value))
+		return r
+	}
+	r.Holds = n
+	r.OwnerDigest = logattr.Hash(tok) // the same hash as owner.Token.Digest
+	if t, err := owner.Parse(tok); err == nil {
+		r.OwnerDigest = t.Digest()
+		r.Instance = t.Instance()
+		parts := strings.Split(tok, ".")
+		if ms, err := strconv.ParseInt(parts[1], 36, 64); err == nil {
+			r.Since = time.UnixMilli(ms)
+		}
+	}
+	return r
+}
+
+// ForceRelease is an operator's break-glass: it deletes the record of the
+// acquisition of the lock called name whose fencing revision is rev, if and
+// only if that acquisition holds the lock now. The delete is one etcd
+// transaction comparing the record's creation revision, never the key
+// alone, so a holder that took over meanwhile is never touched. The holder
+// whose record it deletes sees its lease end with ErrKeyDeleted (within
+// milliseconds, through its Client's watch), and the first waiter acquires.
+//
+// It returns what it deleted. When rev is not the current holder's it
+// deletes nothing and returns a *NotHolderError (matching ErrNotOwner, or
+// ErrNotFound when the lock is free). Any other error means the outcome is
+// unknown; calling ForceRelease again is safe.
+//
+// ForceRelease does not stop the holder's side effects: a holder that is
+// paused or partitioned keeps running until it notices. Only fencing at the
+// resource stops its writes.
+func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Record, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if rev <= 0 {
+		return nil, fmt.Errorf("lease: force release %q: fence revision %d is not positive", name, rev)
+	}
+	dir := c.cfg.prefix + name + "/"
+	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(1),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	head, err := c.etcd.Get(ctx, dir, first...)
+	if err != nil {
+		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	if len(head.Kvs) == 0 {
+		return nil, &NotHolderError{Lock: name, Revision: rev}
+	}
+	kv := head.Kvs[0]
+	if kv.CreateRevision != rev {
+		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+	}
+	key := string(kv.Key)
+	// The record at the head of the queue stays the head as long as it
+	// exists (no record can be created ahead of it), so comparing its
+	// creation revision is enough to know it still holds the lock.
+	resp, err := c.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
+		Else(clientv3.OpGet(dir, first...)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("lease: force release %q: outcome unknown: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	if !resp.Succeeded {
+		e := &NotHolderError{Lock: name, Revision: rev}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			e.Holder = kvs[0].CreateRevision
+		}
+		return nil, e
+	}
+	del := resp.Responses[0].GetResponseDeleteRange()
+	if del.Deleted == 0 || len(del.PrevKvs) == 0 {
+		return nil, &NotHolderError{Lock: name, Revision: rev}
+	}
+	r := newRecord(name, del.PrevKvs[0], nil)
+	c.log.Warn("lease force released", logattr.Lock(name), slog.String("owner", r.OwnerDigest), logattr.Fence(rev),
+		slog.Int("holds", r.Holds))
+	return &r, nil
+}

@@ -1,0 +1,101 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/fencekit/fencekit/lease"
+)
+
+func ExampleClient_Inspect() {
+	cli, stop := startEtcd()
+	defer stop()
+	ctx := context.Background()
+
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	l, err := locks.Acquire(ctx, "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	st, err := locks.Inspect(ctx, "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := st.Holder
+	fmt.Println("held by this lease:", h.Fence == l.Fence() && h.OwnerDigest == l.OwnerDigest())
+	fmt.Println("holds:", h.Holds, "waiters:", len(st.Waiters))
+	// Output:
+	// held by this lease: true
+	// holds: 1 waiters: 0
+}
+
+func ExampleClient_ForceRelease() {
+	cli, stop := startEtcd()
+	defer stop()
+	ctx := context.Background()
+
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	l, err := locks.Acquire(ctx, "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// A revision that is not the holder's is refused, and nothing changes.
+	_, err = locks.ForceRelease(ctx, "reports", l.Fence().Revision+1)
+	fmt.Println("wrong revision refused:", errors.Is(err, lease.ErrNotOwner))
+
+	r, err := locks.ForceRelease(ctx, "reports", l.Fence().Revision)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("deleted the holder's record:", r.Fence == l.Fence())
+	<-l.Done()
+	fmt.Println("holder lost it:", errors.Is(l.Err(), lease.ErrKeyDeleted))
+	// Output:
+	// wrong revision refused: true
+	// deleted the holder's record: true
+	// holder lost it: true
+}
+
+func ExampleClient_InspectAll() {
+	cli, stop := startEtcd()
+	defer stop()
+	ctx := context.Background()
+
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	for _, name := range []string{"billing", "archive"} {
+		l, err := locks.Acquire(ctx, name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+
+	all, err := locks.InspectAll(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, st := range all {
+		fmt.Println(st.Name, "held:", st.Holder != nil, "waiters:", len(st.Waiters))
+	}
+	// Output:
+	// archive held: true waiters: 0
+	// billing held: true waiters: 0
+}
