@@ -308,7 +308,7 @@ type stored struct {
 	count   int
 	payload string
 	modRev  int64
-	err    error // ErrNotOwner or ErrNotFound when the record is not this acquisition's
+	err     error // ErrNotOwner or ErrNotFound when the record is not this acquisition's
 }
 
 // judge explains the reads: ErrNotOwner when the record was overwritten or
