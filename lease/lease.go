@@ -112,7 +112,13 @@ func (l *Lease) Holds() int {
 // client interceptors read), and is cancelled, with l.Err() as its cause,
 // when the lease ends. Call the CancelFunc when the work is done.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(fence.NewContext(NewContext(parent, l), l.Fence()))
+	return l.bind(fence.NewContext(NewContext(parent, l), l.Fence()))
+}
+
+// bind returns a copy of ctx cancelled, with l's end as its cause, when l
+// ends.
+func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	return ctx, func() {
 		stop()
@@ -235,6 +241,11 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	return c.run(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// run runs fn under l, as Do describes, and releases l.
+func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
 	var lost error
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
@@ -251,7 +262,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	}()
 	lctx, cancel := l.Context(ctx)
 	defer cancel()
-	err = fn(lctx, l)
+	err = fn(lctx)
 	lost = l.Err()
 	return err
 }

@@ -19,6 +19,8 @@ type metrics struct {
 	losses       *prometheus.CounterVec // cause
 	duplicates   prometheus.Counter
 	foreign      prometheus.Counter
+	leading      prometheus.Gauge
+	terms        prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -54,6 +56,14 @@ func newMetrics() *metrics {
 			Name: "fencekit_lease_foreign_records_total",
 			Help: "Times a waiter found the record ahead of it kept by no session (an outsider's write): it blocks the lock until deleted.",
 		}),
+		leading: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencekit_election_leading",
+			Help: "Elections this process's Clients lead now.",
+		}),
+		terms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencekit_election_terms_total",
+			Help: "Election terms won (leadership transitions to these Clients).",
+		}),
 	}
 }
 
@@ -61,7 +71,7 @@ func newMetrics() *metrics {
 // Client already registered there is shared, so several Clients can report
 // to one registry.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	var errs [7]error
+	var errs [9]error
 	m.acquisitions, errs[0] = promreg.Register(reg, m.acquisitions)
 	m.wait, errs[1] = promreg.Register(reg, m.wait)
 	m.hold, errs[2] = promreg.Register(reg, m.hold)
@@ -69,6 +79,8 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.losses, errs[4] = promreg.Register(reg, m.losses)
 	m.duplicates, errs[5] = promreg.Register(reg, m.duplicates)
 	m.foreign, errs[6] = promreg.Register(reg, m.foreign)
+	m.leading, errs[7] = promreg.Register(reg, m.leading)
+	m.terms, errs[8] = promreg.Register(reg, m.terms)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("lease: register metrics: %w", err)
 	}

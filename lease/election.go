@@ -1,0 +1,339 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fencekit/fencekit/fence"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxValueLen is the longest public value of an election candidate, in
+// bytes.
+const MaxValueLen = 4096
+
+// ErrNoLeader reports that an election has no leader at the moment.
+var ErrNoLeader = errors.New("lease: no leader")
+
+// Election elects one leader among the Clients that campaign under its
+// name, and tells anyone who asks who it is. Candidates queue like
+// waiters for a Lease (FIFO across processes); the head of the queue leads.
+// Each candidate publishes a public value (an address, a pod name) with its
+// record; the owner token stays private.
+//
+// A leader's term is a fenced Lease: terms increase strictly (the term is
+// the fencing token), and a leader's Done closes, and its Context is
+// cancelled with the cause, a safety margin before the server could expire
+// its session, so before another candidate can lead. Send the term with
+// every write a leader makes (guard, sqlguard): a deposed leader that
+// paused is then refused by the resource, which a lease alone cannot do.
+//
+// An Election is a small value bound to its Client, safe for concurrent
+// use; it costs nothing until Campaign, Leader or Observe.
+type Election struct {
+	c    *Client
+	name string
+}
+
+// Election returns the election called name. It does no I/O, and returns
+// an error matching ErrInvalidName for a bad name. An election shares its
+// name space with Leases: Client.Acquire of the same name queues with the
+// candidates.
+func (c *Client) Election(name string) (*Election, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	return &Election{c: c, name: name}, nil
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Leader is who leads an election.
+type Leader struct {
+	// Value is the public value the leader published.
+	Value string
+	// Term is the leader's term: the fencing token of its record.
+	Term fence.Token
+	// Since is when it became leader, by its own clock; zero until it
+	// published that (right after winning).
+	Since time.Time
+
+	key string // its record's key
+}
+
+// IsZero reports whether l is the zero Leader: no leader.
+func (l Leader) IsZero() bool { return l.Term.Revision == 0 }
+
+// Term is one leadership of an Election: a fenced Lease with a public
+// value. It is safe for concurrent use.
+type Term struct {
+	l     *Lease
+	since time.Time
+}
+
+// Campaign blocks until this candidate leads the election, publishing
+// value (at most MaxValueLen bytes of UTF-8) for Leader and Observe, and
+// returns its term. ctx bounds only the wait; on error nothing is left
+// behind. Errors are as for Client.Acquire.
+func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	if err := validValue(value); err != nil {
+		return nil, err
+	}
+	l, err := e.c.acquire(ctx, request{name: e.name, kind: exclusive, payload: encodePayload(time.Time{}, value), op: "campaign"})
+	if err != nil {
+		return nil, err
+	}
+	t := &Term{l: l, since: l.acquired}
+	// Publish when the term began. Best effort: if the reply is lost the
+	// term still stands, Since reads zero until a later Proclaim, and the
+	// next call on the term settles the lost one.
+	if err := l.change(ctx, opProclaim, encodePayload(t.since, value)); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+		return nil, err
+	}
+	e.c.met.leading.Inc()
+	e.c.met.terms.Inc()
+	context.AfterFunc(l.ctx, e.c.met.leading.Dec)
+	return t, nil
+}
+
+// Run campaigns with value, runs fn while leading with a context that
+// carries the term's fencing token and is cancelled the moment the term
+// ends, and resigns when fn returns. Its result is as for Client.Do: fn's
+// error joined with the term's *LostError if the term was lost, or with
+// the Resign error; a loop can retry while it matches ErrRetryable.
+func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, t *Term) error) (err error) {
+	t, err := e.Campaign(ctx, value)
+	if err != nil {
+		return err
+	}
+	return t.l.c.run(ctx, t.l, func(ctx context.Context) error { return fn(ctx, t) })
+}
+
+// Leader returns who leads the election now, or ErrNoLeader. It is one
+// etcd read.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	resp, err := e.c.etcd.Get(ctx, e.c.cfg.prefix+e.name+"/", headOpts()...)
+	if err != nil {
+		return Leader{}, opErr("leader", e.name, rpcError(err))
+	}
+	ldr := e.leaderOf(resp.Kvs)
+	if ldr.IsZero() {
+		return Leader{}, opErr("leader", e.name, ErrNoLeader)
+	}
+	return ldr, nil
+}
+
+// Observe returns the sequence of the election's leaders: the current one
+// first (the zero Leader if none), then every change, in the order etcd
+// applied them; a new published value (Proclaim) is a change too. It does
+// not coalesce changes, except across a gap that etcd compacted away
+// while Observe was cut off from it, after which it yields the leader it
+// finds. It ends when ctx ends or the loop stops; etcd errors are retried.
+// Each Observe costs one watch of the election's directory.
+func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
+	return func(yield func(Leader) bool) {
+		dir := e.c.cfg.prefix + e.name + "/"
+		var (
+			last  Leader
+			first = true
+			rev   int64 // read the head at this revision; 0: now
+		)
+		for ctx.Err() == nil {
+			opts := headOpts()
+			if rev > 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			resp, err := e.c.etcd.Get(ctx, dir, opts...)
+			if err != nil {
+				rev = 0 // compacted, or unreachable: read the present
+				if !sleep(ctx, 50*time.Millisecond) {
+					return
+				}
+				continue
+			}
+			ldr := e.leaderOf(resp.Kvs)
+			if first || ldr != last {
+				if !yield(ldr) {
+					return
+				}
+				first, last = false, ldr
+			}
+			at := rev // a read at a past revision reports the current one in its header
+			if at == 0 {
+				at = resp.Header.Revision
+			}
+			rev = e.awaitChange(ctx, dir, at, ldr)
+		}
+	}
+}
+
+// awaitChange watches dir after revision at until the head may have
+// changed, and returns the revision to read the head at (0 for now).
+func (e *Election) awaitChange(ctx context.Context, dir string, at int64, cur Leader) int64 {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	headKey := ""
+	if !cur.IsZero() {
+		headKey = cur.key
+	}
+	for resp := range e.c.etcd.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
+		if resp.Err() != nil || resp.CompactRevision != 0 {
+			return 0
+		}
+		for _, ev := range resp.Events {
+			key := string(ev.Kv.Key)
+			switch {
+			case cur.IsZero() && ev.Type == mvccpb.PUT:
+				return ev.Kv.ModRevision // a first candidate
+			case key == headKey && ev.Kv.ModRevision > cur.Term.Revision:
+				return ev.Kv.ModRevision // the leader left, or published
+			}
+		}
+	}
+	if ctx.Err() == nil {
+		sleep(ctx, 50*time.Millisecond)
+	}
+	return 0
+}
+
+// leaderOf decodes the head of an election's queue.
+func (e *Election) leaderOf(kvs []*mvccpb.KeyValue) Leader {
+	if len(kvs) == 0 {
+		return Leader{}
+	}
+	kv := kvs[0]
+	_, _, payload, _ := decodeRecord(kv.Value)
+	since, value := decodePayload(payload)
+	return Leader{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}, Since: since, key: string(kv.Key)}
+}
+
+// headOpts read the head of a queue, value included.
+func headOpts() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(1),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func validValue(v string) error {
+	switch {
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("lease: election value of %d bytes, longer than %d", len(v), MaxValueLen)
+	case !utf8.ValidString(v):
+		return errors.New("lease: election value not UTF-8")
+	}
+	return nil
+}
+
+// encodePayload is an election record's payload: when its term began
+// (Unix milliseconds, 0 while unknown) and its public value.
+func encodePayload(since time.Time, value string) string {
+	ms := int64(0)
+	if !since.IsZero() {
+		ms = since.UnixMilli()
+	}
+	return strconv.FormatInt(ms, 10) + ":" + value
+}
+
+func decodePayload(p string) (since time.Time, value string) {
+	ms, value, ok := strings.Cut(p, ":")
+	if !ok {
+		return time.Time{}, ""
+	}
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+		since = time.UnixMilli(n)
+	}
+	return since, value
+}
+
+// Fence returns the term's fencing token.
+func (t *Term) Fence() fence.Token { return t.l.Fence() }
+
+// Since returns when the term began.
+func (t *Term) Since() time.Time { return t.since }
+
+// Value returns the value the term publishes.
+func (t *Term) Value() string {
+	t.l.opMu.Lock()
+	defer t.l.opMu.Unlock()
+	_, v := decodePayload(t.l.payload)
+	return v
+}
+
+// Proclaim publishes a new value for the rest of the term, in one
+// transaction that compares the term's owner token. Errors are as for
+// Lease.Release; after ErrOutcomeUnknown, call Proclaim again.
+func (t *Term) Proclaim(ctx context.Context, value string) error {
+	if t == nil {
+		return errNilLease
+	}
+	if err := validValue(value); err != nil {
+		return err
+	}
+	return t.l.change(ctx, opProclaim, encodePayload(t.since, value))
+}
+
+// Resign ends the term: the next candidate leads. Results are as for
+// Lease.Release.
+func (t *Term) Resign(ctx context.Context) error {
+	if t == nil {
+		return errNilLease
+	}
+	return t.l.Release(ctx)
+}
+
+// Renew confirms the term and extends its session, as Lease.Renew.
+func (t *Term) Renew(ctx context.Context) error {
+	if t == nil {
+		return errNilLease
+	}
+	return t.l.Renew(ctx)
+}
+
+// Done returns a channel closed when the term ends: resigned, lost, or its
+// Client closed.
+func (t *Term) Done() <-chan struct{} { return t.l.Done() }
+
+// Err returns nil while the term lasts, then ErrReleased (resigned),
+// ErrClosed or a *LostError.
+func (t *Term) Err() error {
+	if t == nil {
+		return errNilLease
+	}
+	return t.l.Err()
+}
+
+// Context returns a copy of parent that carries the term's fencing token
+// (see fence.FromContext) and is cancelled, with Err as its cause, when
+// the term ends.
+func (t *Term) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	return t.l.bind(fence.NewContext(parent, t.l.Fence()))
+}
+
+// String describes the term without revealing its owner token.
+func (t *Term) String() string {
+	if t == nil {
+		return "term(nil)"
+	}
+	return fmt.Sprintf("term(%q fence=%d owner=%s)", t.l.name, t.l.rev, t.l.owner.Digest())
+}
+
+// GoString is String, so that %#v does not print the owner token.
+func (t *Term) GoString() string { return t.String() }

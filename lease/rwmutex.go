@@ -1,0 +1,69 @@
+package lease
+
+import "context"
+
+// RWMutex is a read/write lock of etcd records: any number of readers at
+// once, or one writer. Waiters are admitted in the order their records were
+// written (FIFO across processes), so a steady stream of readers cannot
+// starve a writer: a reader is admitted once no write lock is queued ahead
+// of it, a writer once nothing is.
+//
+// The write lock is a Lease, fenced like any other: its fencing token is
+// higher than that of every earlier write lock of the name, and every read
+// lock that began before it has ended by the time it is admitted. A write
+// lock of an RWMutex and a Lease from Client.Acquire of the same name are
+// the same kind of record and exclude each other. Read locks are Permits,
+// without a fencing token; see Permit.Revision for refusing reads that a
+// newer writer overtook.
+//
+// An RWMutex is a small value bound to its Client; it is safe for
+// concurrent use and costs nothing until it is locked.
+type RWMutex struct {
+	c    *Client
+	name string
+}
+
+// RWMutex returns the read/write lock called name. It does no I/O, and
+// returns an error matching ErrInvalidName for a bad name.
+func (c *Client) RWMutex(name string) (*RWMutex, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	return &RWMutex{c: c, name: name}, nil
+}
+
+// Name returns the lock's name.
+func (rw *RWMutex) Name() string { return rw.name }
+
+// Lock blocks until it holds the write lock, and returns it as a fenced
+// Lease. Errors are as for Client.Acquire.
+func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
+	return rw.c.acquire(ctx, request{name: rw.name, kind: exclusive, op: "lock"})
+}
+
+// TryLock takes the write lock if nobody holds or waits for the lock, and
+// returns an error matching ErrHeld at once otherwise.
+func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
+	return rw.c.acquire(ctx, request{name: rw.name, kind: exclusive, try: true, op: "lock"})
+}
+
+// RLock blocks until it holds a read lock, and returns it as a Permit.
+// Errors are as for Client.Acquire.
+func (rw *RWMutex) RLock(ctx context.Context) (*Permit, error) {
+	l, err := rw.c.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, op: "read-lock"})
+	if err != nil {
+		return nil, err
+	}
+	return &Permit{l: l}, nil
+}
+
+// TryRLock takes a read lock if no write lock is held or waited for, and
+// returns an error matching ErrHeld at once otherwise; the record it wrote
+// to find out is then deleted in the background.
+func (rw *RWMutex) TryRLock(ctx context.Context) (*Permit, error) {
+	l, err := rw.c.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, try: true, op: "read-lock"})
+	if err != nil {
+		return nil, err
+	}
+	return &Permit{l: l}, nil
+}
