@@ -1,8 +1,13 @@
 // Package guard makes resources refuse writes from lease holders that have
 // been superseded: it keeps, per protected resource, the highest fencing
-// token accepted (the mark) and rejects anything older, in HTTP handlers,
-// gRPC servers or plain Go code; and it carries tokens from clients to
-// those servers.
+// token accepted (the mark) and rejects anything older, in HTTP handlers
+// or plain Go code; and it carries tokens from HTTP clients to those
+// servers.
+//
+// Package guard depends on the standard library, fence and Prometheus
+// only. The gRPC interceptors are in package grpcguard and the etcd-backed
+// store in package etcdstore (both under guard/), so that a program that
+// uses neither links neither gRPC nor the etcd client.
 //
 // # The rule
 //
@@ -17,24 +22,25 @@
 // # Propagation
 //
 // A token travels as one HTTP request header, [Header] ("Fencing-Token"),
-// or one gRPC metadata key, [MetadataKey] ("fencing-token"), whose value is
-// the token's text form, for example "42:orders". Clients put the token in
-// the request context with fence.NewContext and send requests through
-// [Transport] or the gRPC client interceptors ([UnaryClientInterceptor],
-// [StreamClientInterceptor]), which stamp it. Servers read it with
-// [Guard.Middleware] or the gRPC server interceptors, which check it and
-// put it in the handler's context (fence.FromContext).
+// or one gRPC metadata key (grpcguard.MetadataKey, "fencing-token"), whose
+// value is the token's text form, for example "42:orders". Clients put the
+// token in the request context with fence.NewContext and send requests
+// through [Transport] or grpcguard's client interceptors, which stamp it.
+// Servers read it with [Guard.Middleware] or grpcguard's server
+// interceptors, which check it and put it in the handler's context
+// (fence.FromContext). Other transports use [TokenFromValues] and
+// [Guard.Serve].
 //
 // # Answers
 //
 // HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
 // one 409 Conflict, each with an RFC 9457 application/problem+json body
-// ([Problem]) naming the resource, the token received and the mark. gRPC:
-// stale or wrong lock is codes.Aborted, missing or malformed
-// codes.InvalidArgument, with a google.rpc.ErrorInfo detail. In Go,
-// [Guard.Do] refuses with errors matching [ErrRejected] together with
-// fence.ErrStale or fence.ErrWrongLock, or [ErrMalformed]; [TokenFromHeader]
-// and [TokenFromMetadata] return [ErrMissing] or [ErrMalformed].
+// ([Problem]) naming the resource, the token received and the mark. gRPC
+// (package grpcguard): stale or wrong lock is codes.Aborted, missing or
+// malformed codes.InvalidArgument, with a google.rpc.ErrorInfo detail. In
+// Go, [Guard.Do] refuses with errors matching [ErrRejected] together with
+// fence.ErrStale or fence.ErrWrongLock, or [ErrMalformed];
+// [TokenFromHeader] returns [ErrMissing] or [ErrMalformed].
 //
 // # Guarantees
 //
@@ -47,14 +53,14 @@
 // store.
 //
 // [MemoryStore] keeps marks in one process; they are lost on restart.
-// [EtcdStore] keeps them in etcd, shared by every replica that uses the
+// etcdstore.Store keeps them in etcd, shared by every replica that uses the
 // same prefix, and advances them with a compare-and-swap Txn, so the mark
 // itself never goes backwards.
 //
 // # The window between replicas
 //
 // The check is not atomic with a write that lands somewhere else. With
-// replicas sharing an EtcdStore, replica R1 may advance the mark to 5 and
+// replicas sharing an etcdstore.Store, replica R1 may advance the mark to 5 and
 // start its write while replica R2 advances it to 7 and finishes its own
 // write; R1's write with token 5 then lands after token 7's. The window of
 // a write is from the commit of its mark check in etcd to the end of its
@@ -65,13 +71,13 @@
 // the check is atomic with the write:
 //
 //   - one Guard per resource: route every write of a resource to one
-//     replica (or one process); then MemoryStore or EtcdStore is exact;
+//     replica (or one process); then MemoryStore or etcdstore is exact;
 //   - the mark next to the data, checked in the same transaction: package
 //     sqlguard keeps the mark in a row of the same database and checks and
 //     advances it in the same SQL transaction as the write, so the
 //     database's row lock orders them;
 //   - data in the same etcd cluster: make the data's Txn also compare the
-//     mark key (see [EtcdStore.Key]) with the token.
+//     mark key (see etcdstore.Store.Key) with the token.
 //
 // # What guard does not do
 //

@@ -297,6 +297,31 @@ func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ct
 	return err
 }
 
+// Serve is Do for transports that read the token from a request (the HTTP
+// middleware, package grpcguard's interceptors). tokErr is the error of
+// reading it (see TokenFromValues), nil when t was read: a non-nil tokErr
+// is reported to hooks, metrics and the log as outcome missing (when it
+// matches ErrMissing) or malformed, and returned without calling write.
+// Otherwise Serve is Do. ran reports whether write ran, so that a
+// transport can pass write's errors on unchanged and translate the
+// Guard's refusals for its clients.
+//
+// Serve panics if write is nil.
+func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr error, write func(ctx context.Context) error) (ran bool, err error) {
+	if write == nil {
+		panic("guard: Serve with nil write")
+	}
+	if tokErr != nil {
+		ev := Event{Outcome: Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Err: tokErr}
+		if errors.Is(tokErr, ErrMissing) {
+			ev.Outcome = Missing
+		}
+		g.observe(ctx, ev)
+		return false, tokErr
+	}
+	return g.do(ctx, tgt, t, write)
+}
+
 // do is Do, reporting whether write ran, so that callers can tell write's
 // errors from the Guard's.
 func (g *Guard) do(ctx context.Context, tgt Target, t fence.Token, write func(context.Context) error) (ran bool, err error) {
@@ -322,7 +347,7 @@ func (g *Guard) do(ctx context.Context, tgt Target, t fence.Token, write func(co
 // older token for any of the resources, and will admit none; so state the
 // holder reads afterwards cannot be overwritten by an earlier holder
 // through this Guard. See the package documentation for replicas sharing
-// an EtcdStore.
+// an etcdstore.Store.
 //
 // Resources are claimed one at a time, in sorted order. Claim stops at the
 // first failure and returns its error (as Do would); resources claimed

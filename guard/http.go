@@ -151,16 +151,7 @@ func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) (func(http.Handl
 				return
 			}
 			t, err := TokenFromHeader(r.Header)
-			if err != nil {
-				ev := Event{Outcome: Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Err: err}
-				if errors.Is(err, ErrMissing) {
-					ev.Outcome = Missing
-				}
-				g.observe(r.Context(), ev)
-				writeProblem(w, problemFor(tgt, t, err))
-				return
-			}
-			ran, err := g.do(r.Context(), tgt, t, func(ctx context.Context) error {
+			ran, err := g.Serve(r.Context(), tgt, t, err, func(ctx context.Context) error {
 				next.ServeHTTP(w, r.WithContext(ctx))
 				return nil
 			})

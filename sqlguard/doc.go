@@ -6,7 +6,10 @@
 // It works through database/sql with PostgreSQL (15+, pgx/v5/stdlib),
 // MySQL 8 and MariaDB (10.11+, go-sql-driver/mysql with either
 // clientFoundRows setting) and SQLite (3.35+, modernc.org/sqlite). [Detect]
-// tells the dialects apart; [New] takes one explicitly.
+// tells the dialects apart; [New] takes one explicitly. sqlguard imports
+// no driver and registers none: the program imports the one it uses.
+// MySQL and MariaDB errors are told apart by the number in the driver's
+// *mysql.MySQLError, read without importing the driver.
 //
 // # Two modes
 //

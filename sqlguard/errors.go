@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/go-sql-driver/mysql"
 )
 
 var (
@@ -178,9 +177,8 @@ func (g *Guard) retryable(err error) bool {
 			}
 		}
 	case MySQL, MariaDB:
-		var me *mysql.MySQLError
-		if errors.As(err, &me) {
-			switch me.Number {
+		if n, ok := mysqlNumber(err); ok {
+			switch n {
 			case 1213, 1205, 1020:
 				return true
 			}
@@ -201,9 +199,11 @@ func (g *Guard) retryable(err error) bool {
 // server, as opposed to a network, driver or context failure.
 func serverError(err error) bool {
 	var pe interface{ SQLState() string }
-	var me *mysql.MySQLError
 	var se interface{ Code() int }
-	return errors.As(err, &pe) || errors.As(err, &me) || errors.As(err, &se)
+	if _, ok := mysqlNumber(err); ok {
+		return true
+	}
+	return errors.As(err, &pe) || errors.As(err, &se)
 }
 
 // ctxErr keeps ctx.Err() matchable next to the driver's error.

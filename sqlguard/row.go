@@ -3,12 +3,10 @@ package sqlguard
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/go-sql-driver/mysql"
 )
 
 // Assign is one "column = value" of a row-column write. Value is always
@@ -296,11 +294,10 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 
 	if g.d.mysqlLike() {
 		_, err := q.ExecContext(ctx, insert+values, args...)
-		var me *mysql.MySQLError
 		if err == nil {
 			return nil
 		}
-		if !errors.As(err, &me) || me.Number != 1062 { // ER_DUP_ENTRY
+		if !isMySQLNumber(err, 1062) { // ER_DUP_ENTRY
 			return g.wrapErr(ctx, "upsert "+u.Table, err)
 		}
 		// The key exists: the guarded UPDATE (which may set only the fence).

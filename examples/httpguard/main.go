@@ -26,6 +26,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/etcdstore"
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
@@ -87,7 +88,7 @@ func route(r *http.Request) (guard.Target, bool) {
 // startService serves the fenced reports on a loopback port; the marks
 // live in etcd under /httpguard/marks/, shared by any replica.
 func startService(cli *clientv3.Client, counts *outcomes) (*http.Server, string, error) {
-	store, err := guard.NewEtcdStore(cli, "/httpguard/marks/")
+	store, err := etcdstore.New(cli, "/httpguard/marks/")
 	if err != nil {
 		return nil, "", err
 	}
