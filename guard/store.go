@@ -60,3 +60,23 @@ func (s *MemoryStore) Mark(_ context.Context, resource string) (fence.Token, err
 	defer s.mu.Unlock()
 	return s.marks[resource], nil
 }
+
+// ResetMark implements Resetter: it sets the resource's mark to next if it
+// is exactly old (the zero Token: no mark), and returns a
+// *MarkChangedError otherwise. Use Guard.ResetMark, which logs the reset
+// and waits for the resource's in-flight write.
+func (s *MemoryStore) ResetMark(_ context.Context, resource string, old, next fence.Token) error {
+	if err := ValidateReset(resource, old, next); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if mark := s.marks[resource]; mark != old {
+		return &MarkChangedError{Resource: resource, Want: old, Mark: mark}
+	}
+	if s.marks == nil {
+		s.marks = map[string]fence.Token{}
+	}
+	s.marks[resource] = next
+	return nil
+}

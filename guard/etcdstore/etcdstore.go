@@ -108,3 +108,32 @@ func decodeMark(key string, kvs []*mvccpb.KeyValue) (fence.Token, int64, error) 
 	}
 	return mark, kvs[0].ModRevision, nil
 }
+
+// ResetMark implements guard.Resetter: in one Txn, it sets the resource's
+// mark to next if the key holds exactly old (or is absent, for the zero
+// old), and returns a *guard.MarkChangedError otherwise. Use
+// guard.Guard.ResetMark, which logs the reset and waits for the
+// resource's in-flight write through that Guard; writes through other
+// replicas' Guards are not waited for.
+func (s *Store) ResetMark(ctx context.Context, resource string, old, next fence.Token) error {
+	if err := guard.ValidateReset(resource, old, next); err != nil {
+		return err
+	}
+	key := s.Key(resource)
+	cmp := clientv3.Compare(clientv3.Value(key), "=", old.String())
+	if old.IsZero() {
+		cmp = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	}
+	resp, err := s.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, next.String())).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: reset mark: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	mark, _, err := decodeMark(key, resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return err
+	}
+	return &guard.MarkChangedError{Resource: resource, Want: old, Mark: mark}
+}

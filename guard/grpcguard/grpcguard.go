@@ -31,6 +31,9 @@ const (
 	CodeMissing = codes.InvalidArgument
 	// CodeMalformed answers a token that is not valid.
 	CodeMalformed = codes.InvalidArgument
+	// CodeUnverified answers a newer token that the Guard's verifier
+	// (guard.WithVerifier) did not confirm.
+	CodeUnverified = codes.PermissionDenied
 )
 
 // The reasons in the google.rpc.ErrorInfo detail of the interceptors'
@@ -54,6 +57,9 @@ const (
 	// ReasonMalformed: the MetadataKey is not one valid token
 	// (codes.InvalidArgument).
 	ReasonMalformed = "MALFORMED_FENCING_TOKEN"
+	// ReasonUnverified: the token is newer than the resource's mark and
+	// the verifier did not confirm it (codes.PermissionDenied).
+	ReasonUnverified = "UNVERIFIED_FENCING_TOKEN"
 )
 
 // RouteFunc maps a gRPC call to the Target it writes. req is the
@@ -64,11 +70,13 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 // UnaryServerInterceptor returns a gRPC server interceptor that fences
 // with g the calls route maps to a Target, with the rule of
 // guard.Guard.Middleware: it reads the token from MetadataKey and runs the
-// handler through g (guard.Guard.Serve), with the token in its context. Refusals are status errors carrying an ErrorInfo detail:
-// stale or wrong lock gives CodeRejected (codes.Aborted), a missing or
-// malformed token codes.InvalidArgument, a store failure
-// codes.Unavailable. Calls route declines run unchecked, with a valid
-// token, if sent, in their context.
+// handler through g (guard.Guard.Serve), with the token in its context.
+// Refusals are status errors carrying an ErrorInfo detail: stale or wrong
+// lock gives CodeRejected (codes.Aborted), an unverified token
+// CodeUnverified (codes.PermissionDenied), a missing or malformed token
+// codes.InvalidArgument, a store or verifier failure codes.Unavailable.
+// Calls route declines run unchecked, with a valid token, if sent, in
+// their context.
 func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.UnaryServerInterceptor, error) {
 	if g == nil {
 		return nil, errors.New("grpcguard: nil guard")
@@ -142,7 +150,13 @@ func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
 	}
 	var code codes.Code
 	var rej *guard.RejectedError
+	var unv *guard.UnverifiedError
 	switch {
+	case errors.As(err, &unv):
+		code, info.Reason = CodeUnverified, ReasonUnverified
+		if !unv.Mark.IsZero() {
+			info.Metadata["mark_revision"] = strconv.FormatInt(unv.Mark.Revision, 10)
+		}
 	case errors.As(err, &rej):
 		code = CodeRejected
 		info.Reason = ReasonStale

@@ -6,12 +6,16 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/grpcguard"
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/lease"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -322,5 +326,42 @@ func TestInterceptorsValidate(t *testing.T) {
 	}
 	if _, err := grpcguard.StreamServerInterceptor(nil, rpcRoute); err == nil {
 		t.Error("StreamServerInterceptor(nil, route): got nil error")
+	}
+}
+
+// TestGRPCUnverified: with a verifier on a real etcd, a token newer than
+// the mark that is not the holder's is PermissionDenied with reason
+// UNVERIFIED_FENCING_TOKEN, the handler does not run, and the holder's
+// calls pass.
+func TestGRPCUnverified(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	locks, err := lease.New(etcdtest.Client(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	holder, err := locks.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, guard.WithVerifier(locks.Verifier()))
+	svc, conn := startRPC(t, g)
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	forged := tok("items", holder.Fence().Revision+1000)
+	err = put(fence.NewContext(ctx, forged), conn, "item/1")
+	info := errorInfo(err)
+	if status.Code(err) != grpcguard.CodeUnverified || info.GetReason() != grpcguard.ReasonUnverified ||
+		info.GetMetadata()["mark_revision"] != strconv.FormatInt(holder.Fence().Revision, 10) {
+		t.Errorf("forged token: %v (%v), want PermissionDenied/%s", err, info, grpcguard.ReasonUnverified)
+	}
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Errorf("holder after the forgery: %v", err)
+	}
+	if got := svc.appliedTo("item/1"); !slices.Equal(got, []fence.Token{holder.Fence(), holder.Fence()}) {
+		t.Errorf("applied %v, want the holder's two calls", got)
 	}
 }
