@@ -46,6 +46,13 @@ var (
 	// or may not have committed. Running it again with the same token is
 	// safe for the fence; use an idempotency key to make the writes safe too.
 	ErrCommitUnknown = errors.New("sqlguard: commit outcome unknown")
+	// ErrUnverified reports a token the Guard's Verifier (WithVerifier)
+	// did not confirm as its lock's current holder's. It is
+	// fence.ErrUnverified itself. Errors matching it are *UnverifiedError.
+	ErrUnverified = fence.ErrUnverified
+	// ErrMarkChanged reports a ResetMark whose expected old mark is not
+	// the resource's mark. Errors matching it are *MarkChangedError.
+	ErrMarkChanged = errors.New("sqlguard: mark changed")
 )
 
 // StaleError is the error for a token older than a resource's mark.

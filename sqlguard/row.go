@@ -90,6 +90,9 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 	if q == nil {
 		return 0, fmt.Errorf("%w: update: nil DBTX", ErrInvalid)
 	}
+	if err := g.verify(ctx, "update", tok); err != nil {
+		return 0, err
+	}
 	if u.Single {
 		return g.updateSingle(ctx, q, tok, u, table, col, sets)
 	}
@@ -262,6 +265,9 @@ func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUps
 	}
 	if q == nil {
 		return fmt.Errorf("%w: upsert: nil DBTX", ErrInvalid)
+	}
+	if err := g.verify(ctx, "upsert", tok); err != nil {
+		return err
 	}
 	return g.inTx(ctx, q, func(q DBTX) error {
 		return g.upsert(ctx, q, tok, u, table, col, keys, sets)
