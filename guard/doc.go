@@ -34,13 +34,60 @@
 // # Answers
 //
 // HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
-// one 409 Conflict, each with an RFC 9457 application/problem+json body
+// one 409 Conflict, an unverified one (see below) 403 Forbidden, a failure
+// to decide 503, each with an RFC 9457 application/problem+json body
 // ([Problem]) naming the resource, the token received and the mark. gRPC
-// (package grpcguard): stale or wrong lock is codes.Aborted, missing or
-// malformed codes.InvalidArgument, with a google.rpc.ErrorInfo detail. In
-// Go, [Guard.Do] refuses with errors matching [ErrRejected] together with
-// fence.ErrStale or fence.ErrWrongLock, or [ErrMalformed];
-// [TokenFromHeader] returns [ErrMissing] or [ErrMalformed].
+// (package grpcguard): stale or wrong lock is codes.Aborted, unverified
+// codes.PermissionDenied, missing or malformed codes.InvalidArgument, with
+// a google.rpc.ErrorInfo detail; a failure codes.Unavailable. In Go,
+// [Guard.Do] refuses with errors matching [ErrRejected] together with
+// fence.ErrStale or fence.ErrWrongLock, [ErrUnverified] together with
+// fence.ErrUnverified, or [ErrMalformed]; [TokenFromHeader] returns
+// [ErrMissing] or [ErrMalformed].
+//
+// # Verification
+//
+// A fencing token is a claim anyone can make: without verification, any
+// client able to send a header (or metadata) can raise a mark, and one
+// made-up token such as "1099511627776:orders" locks every real holder
+// out of the resource for good (etcd's revision will never reach it).
+// Tokens from another etcd cluster, or from one restored without
+// --bump-revision, do the same by accident. Verify tokens wherever they
+// arrive from outside the process:
+//
+//	v := locks.Verifier() // or lease.NewVerifier(etcdClient, lease.DefaultPrefix)
+//	g, err := guard.New(store, guard.WithVerifier(v))
+//
+// A Guard with a [Verifier] promises that only the token of the lock's
+// current holder, at the time of the check, can raise a mark: before a
+// token newer than the mark moves it, the Guard asks the verifier (for
+// lease.Verifier, one etcd range read: is the head of the lock's queue
+// the record created at exactly this revision?). A token the verifier
+// does not confirm is refused (outcome unverified) and the mark does not
+// move; when the verifier cannot answer (etcd unreachable, the request's
+// context ended) the outcome is failed and nothing is admitted, so bound
+// your requests' contexts. A token equal to the mark (the holder writing
+// again), a stale one and one for another lock are decided from the mark
+// alone: the verifier is asked once per acquisition and resource.
+//
+// What remains: the check and the mark's advance are two steps, not one
+// transaction (also with etcdstore in the same etcd cluster as the
+// locks). Between them the holder may lose its lease and a successor
+// acquire the lock; the mark can then rise to the token that was current
+// at the check. That token was issued by the lock service, the
+// successor's token is newer and still admitted, and the superseded
+// holder is refused as stale once its successor has written (or
+// [Guard.Claim]ed): this is the same guarantee as for any holder that
+// loses its lease right after a write was admitted. No forged token, no
+// waiter's and no other cluster's token can raise a mark.
+//
+// # Recovering a poisoned mark
+//
+// A mark raised by a forged token (before a verifier was configured) is
+// set back with [Guard.ResetMark], an operator's action that names the
+// exact old mark, so it cannot undo an advance it did not see, and logs
+// both marks at Warn. [MemoryStore] and etcdstore.Store implement it
+// ([Resetter]); sqlguard has its own ResetMark.
 //
 // # Guarantees
 //
@@ -83,6 +130,10 @@
 //
 //   - It does not stop writes that bypass it: a resource is fenced only
 //     where every writer goes through a Guard (or sqlguard).
+//   - Without WithVerifier it does not check that a token was ever
+//     issued: any sender can raise a mark (see Verification). It never
+//     authenticates the sender: a client that learns the current holder's
+//     token can write as the holder.
 //   - It orders writes per resource only; a request touching several
 //     resources is not atomic across them.
 //   - It does not detect the same request applied twice (use an
@@ -99,7 +150,8 @@
 // # Observability
 //
 // Every decision is reported to hooks ([WithHook]) as an [Event] with an
-// [Outcome] (accepted, stale, wrong_lock, missing, malformed, failed),
+// [Outcome] (accepted, stale, wrong_lock, missing, malformed, unverified,
+// failed),
 // counted in fencekit_guard_decisions_total{outcome} on a caller's
 // Prometheus registry ([WithMetrics]; a resource label only with
 // [WithResourceLabel]), and logged through [WithLogger] (discarded by
