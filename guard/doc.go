@@ -70,16 +70,22 @@
 // again), a stale one and one for another lock are decided from the mark
 // alone: the verifier is asked once per acquisition and resource.
 //
-// What remains: the check and the mark's advance are two steps, not one
-// transaction (also with etcdstore in the same etcd cluster as the
-// locks). Between them the holder may lose its lease and a successor
-// acquire the lock; the mark can then rise to the token that was current
-// at the check. That token was issued by the lock service, the
+// With etcdstore in the same etcd cluster as the locks and a
+// lease.Verifier, the check and the mark's advance are one etcd Txn (the
+// store implements [VerifyingStore]): the mark rises only if the token's
+// holder still holds the lock at that moment. Otherwise (MemoryStore,
+// marks in another cluster, a verifier without Condition) they are two
+// steps: between them the holder may lose its lease and a successor
+// acquire the lock, and the mark can then rise to the token that was
+// current at the check. That token was issued by the lock service, the
 // successor's token is newer and still admitted, and the superseded
 // holder is refused as stale once its successor has written (or
-// [Guard.Claim]ed): this is the same guarantee as for any holder that
-// loses its lease right after a write was admitted. No forged token, no
-// waiter's and no other cluster's token can raise a mark.
+// [Guard.Claim]ed): the same guarantee as for any holder that loses its
+// lease right after a write was admitted. In no case can a forged token,
+// a waiter's, another cluster's, or one whose lease had ended before the
+// check raise a mark. Either way the write a token admits runs after the check, so a
+// holder may lose its lease while its write runs: the fencing rule, not
+// the verifier, stops its later writes.
 //
 // # Recovering a poisoned mark
 //

@@ -402,6 +402,17 @@ func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) error {
 		g.observe(ctx, ev)
 		return ev.Err
 	}
+	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
+		mark, err := vs.AdvanceVerified(ctx, tgt.Resource, t, g.ver)
+		ev.Mark = mark
+		if errors.Is(err, fence.ErrUnverified) {
+			ev.Outcome, ev.Err = Unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+		} else {
+			g.decide(&ev, err)
+		}
+		g.observe(ctx, ev)
+		return ev.Err
+	}
 	if g.ver != nil {
 		done, err := g.verify(ctx, tgt, t, &ev)
 		if done {

@@ -45,6 +45,21 @@ func WithVerifier(v Verifier) Option {
 	})
 }
 
+// VerifyingStore is implemented by stores that can verify a token and
+// raise the mark to it in one atomic step (etcdstore.Store, with a
+// lease.Verifier of the same etcd cluster). A Guard with a verifier uses
+// it instead of Mark, Verify and Advance.
+type VerifyingStore interface {
+	Store
+	// AdvanceVerified is Advance, except that a token that would raise
+	// the mark is first verified with v, and the mark is raised only if
+	// the token is still verified when it is raised. It returns v's
+	// error, matching fence.ErrUnverified, for a token v does not
+	// confirm, and the mark is then unchanged. A token equal to the mark,
+	// stale or for another lock is decided without v.
+	AdvanceVerified(ctx context.Context, resource string, t fence.Token, v Verifier) (fence.Token, error)
+}
+
 // UnverifiedError is the error for a token newer than a resource's mark
 // that the Guard's Verifier did not confirm. It matches ErrUnverified and,
 // through Err, fence.ErrUnverified.

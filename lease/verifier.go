@@ -85,11 +85,33 @@ func (c *Client) Verifier() *Verifier {
 // unreachable, permission denied, or ctx ended (ctx.Err() stays
 // matchable). Invalid tokens are refused without a request.
 func (v *Verifier) Verify(ctx context.Context, t fence.Token) error {
+	_, _, err := v.check(ctx, t)
+	return err
+}
+
+// Condition verifies t as Verify does and, when it is genuine, also
+// returns a comparison that holds in a Txn of the same etcd cluster as
+// long as t's holder still holds the lock (its record, created at t's
+// revision, still exists: no record can join the queue ahead of it), and
+// the ID of that cluster. A store of marks in the same cluster (package
+// guard/etcdstore) puts it in the Txn that raises a mark, so that the
+// check and the advance are one atomic step.
+func (v *Verifier) Condition(ctx context.Context, t fence.Token) (cmp clientv3.Cmp, clusterID uint64, err error) {
+	key, clusterID, err := v.check(ctx, t)
+	if err != nil {
+		return clientv3.Cmp{}, 0, err
+	}
+	return clientv3.Compare(clientv3.CreateRevision(key), "=", t.Revision), clusterID, nil
+}
+
+// check is Verify, returning the holder's record key and the cluster ID
+// for a genuine token.
+func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, clusterID uint64, err error) {
 	if err := t.Validate(); err != nil {
-		return &UnverifiedError{Token: t, Reason: "invalid token", Err: err}
+		return "", 0, &UnverifiedError{Token: t, Reason: "invalid token", Err: err}
 	}
 	if err := ValidateName(t.Lock); err != nil {
-		return &UnverifiedError{Token: t, Reason: "no lock has this name", Err: err}
+		return "", 0, &UnverifiedError{Token: t, Reason: "no lock has this name", Err: err}
 	}
 	dir := v.prefix + t.Lock + "/"
 	resp, err := v.etcd.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithLimit(1),
@@ -98,20 +120,20 @@ func (v *Verifier) Verify(ctx context.Context, t fence.Token) error {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)
 		}
-		return fmt.Errorf("lease: verify token: read queue: %w", err)
+		return "", 0, fmt.Errorf("lease: verify token: read queue: %w", err)
 	}
 	if t.Revision > resp.Header.Revision {
-		return &UnverifiedError{Token: t, Reason: "revision beyond the cluster's current revision"}
+		return "", 0, &UnverifiedError{Token: t, Reason: "revision beyond the cluster's current revision"}
 	}
 	if len(resp.Kvs) == 0 {
-		return &UnverifiedError{Token: t, Reason: "the lock has no holder"}
+		return "", 0, &UnverifiedError{Token: t, Reason: "the lock has no holder"}
 	}
 	head := resp.Kvs[0]
 	if head.CreateRevision != t.Revision {
-		return &UnverifiedError{Token: t, Reason: "not the revision of the lock's current holder"}
+		return "", 0, &UnverifiedError{Token: t, Reason: "not the revision of the lock's current holder"}
 	}
 	if _, _, ok := decodeValue(head.Value); !ok || dirOf(string(head.Key)) != dir {
-		return &UnverifiedError{Token: t, Reason: "the record at that revision is not a lock record"}
+		return "", 0, &UnverifiedError{Token: t, Reason: "the record at that revision is not a lock record"}
 	}
-	return nil
+	return string(head.Key), resp.Header.ClusterId, nil
 }

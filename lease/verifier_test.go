@@ -155,3 +155,54 @@ func TestNewVerifierValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifierCondition: the condition holds in a Txn while the holder
+// holds the lock, and fails once it released, even when the same session
+// acquires the lock again (same record key, new revision).
+func TestVerifierCondition(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	cli := etcdtest.Client(t, c)
+	locks := verifierClient(t, cli)
+	v := locks.Verifier()
+	holder, err := locks.Acquire(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp, id, err := v.Condition(ctx, holder.Fence())
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := cli.Status(ctx, cli.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != status.Header.ClusterId {
+		t.Errorf("cluster id %x, want %x", id, status.Header.ClusterId)
+	}
+	holds := func() bool {
+		t.Helper()
+		resp, err := cli.Txn(ctx).If(cmp).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Succeeded
+	}
+	if !holds() {
+		t.Error("condition fails while the holder holds the lock")
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := locks.Acquire(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holds() {
+		t.Errorf("condition of %v holds after release and a new acquisition %v", holder.Fence(), again.Fence())
+	}
+	if _, _, err := v.Condition(ctx, holder.Fence()); !errors.Is(err, fence.ErrUnverified) {
+		t.Errorf("Condition of a released token: %v, want ErrUnverified", err)
+	}
+}

@@ -18,6 +18,9 @@
 // A check of the mark is not atomic with a write that lands elsewhere:
 // see "The window between replicas" in package guard. Data kept in the
 // same etcd cluster can close it by comparing [Store.Key] in its own Txn.
-// A Store does not verify tokens: give the Guard a verifier
-// (guard.WithVerifier) when tokens come from outside the process.
+// A Store does not verify tokens by itself: give the Guard a verifier
+// (guard.WithVerifier) when tokens come from outside the process. With a
+// lease.Verifier of the same etcd cluster, [Store.AdvanceVerified]
+// compares the token's lock record in the Txn that raises the mark, so
+// verification and advance are one atomic step.
 package etcdstore

@@ -137,3 +137,73 @@ func (s *Store) ResetMark(ctx context.Context, resource string, old, next fence.
 	}
 	return &guard.MarkChangedError{Resource: resource, Want: old, Mark: mark}
 }
+
+// Conditioner is implemented by verifiers that can state "t is its lock's
+// current holder's" as a comparison in a Txn of their etcd cluster
+// (lease.Verifier does). Condition verifies t like Verify and, for a
+// genuine token, returns that comparison and the cluster's ID.
+type Conditioner interface {
+	guard.Verifier
+	Condition(ctx context.Context, t fence.Token) (cmp clientv3.Cmp, clusterID uint64, err error)
+}
+
+// AdvanceVerified implements guard.VerifyingStore, which a Guard with a
+// verifier uses: it decides an equal, stale or wrong-lock token from the
+// mark alone, like Advance, and verifies a token that would raise the
+// mark with v first. When v is a Conditioner of the same etcd cluster as
+// the store, the mark's compare-and-swap Txn also compares v's condition,
+// so the mark rises only if t's holder still holds the lock when it
+// does: the check and the advance are one atomic step. Otherwise (another
+// cluster, or a verifier without Condition) the check precedes the Txn,
+// and the mark can rise to a token whose holder lost the lock in between.
+// v's errors are returned as they are, with the unchanged mark.
+func (s *Store) AdvanceVerified(ctx context.Context, resource string, t fence.Token, v guard.Verifier) (fence.Token, error) {
+	if resource == "" {
+		return fence.Token{}, fmt.Errorf("%w: empty resource name", guard.ErrInvalidTarget)
+	}
+	if v == nil {
+		return fence.Token{}, errors.New("etcdstore: nil verifier")
+	}
+	if err := t.Validate(); err != nil {
+		return fence.Token{}, err
+	}
+	key := s.Key(resource)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return fence.Token{}, fmt.Errorf("etcdstore: read mark: %w", err)
+	}
+	kvs, cluster := resp.Kvs, resp.Header.ClusterId
+	for {
+		mark, modRev, err := decodeMark(key, kvs)
+		if err != nil {
+			return fence.Token{}, err
+		}
+		if err := fence.Check(mark, t); err != nil {
+			return mark, err
+		}
+		if mark == t {
+			return mark, nil
+		}
+		conds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", modRev)}
+		if c, ok := v.(Conditioner); ok {
+			cmp, id, err := c.Condition(ctx, t)
+			if err != nil {
+				return mark, err
+			}
+			if id == cluster {
+				conds = append(conds, cmp)
+			}
+		} else if err := v.Verify(ctx, t); err != nil {
+			return mark, err
+		}
+		txn, err := s.cli.Txn(ctx).If(conds...).Then(clientv3.OpPut(key, t.String())).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return fence.Token{}, fmt.Errorf("etcdstore: advance mark: %w", err)
+		}
+		if txn.Succeeded {
+			return t, nil
+		}
+		// The mark moved or t's holder let go: decide again.
+		kvs = txn.Responses[0].GetResponseRange().GetKvs()
+	}
+}
