@@ -164,8 +164,8 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 // WithLogger makes the Guard log every decision to l: rejections,
-// unverified, missing and malformed tokens at Warn, store failures at Error, acceptances at
-// Debug. Records carry the fields of package lease's records, so that a
+// unverified, missing and malformed tokens at Warn, store and verifier
+// failures at Error, acceptances at Debug. Records carry the fields of package lease's records, so that a
 // rejection joins to the acquisition or loss of the token it refused:
 //
 //   - "outcome": the Outcome's name;
@@ -208,8 +208,8 @@ func WithHook(f func(ctx context.Context, e Event)) Option {
 // WithMetrics registers the Guard's Prometheus metrics on reg (nothing is
 // registered globally): fencekit_guard_decisions_total{outcome} counts
 // decisions by Outcome ("accepted", "stale", "wrong_lock", "missing",
-// "malformed", "failed", "unverified"). Label values are fixed words, never lock names
-// or tokens, unless WithResourceLabel adds the resource name. Guards
+// "malformed", "failed", "unverified"). Label values are fixed words,
+// never lock names or tokens, unless WithResourceLabel adds the resource name. Guards
 // registering on the same reg share the counter, so they must agree on
 // WithResourceLabel: New fails otherwise. It runs alongside any hooks
 // (WithHook).
