@@ -165,8 +165,9 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 
 // WithLogger makes the Guard log every decision to l: rejections,
 // unverified, missing and malformed tokens at Warn, store and verifier
-// failures at Error, acceptances at Debug. Records carry the fields of package lease's records, so that a
-// rejection joins to the acquisition or loss of the token it refused:
+// failures at Error, acceptances at Debug. Records carry the fields of
+// package lease's records, so that a rejection joins to the acquisition
+// or loss of the token it refused:
 //
 //   - "outcome": the Outcome's name;
 //   - "resource": the resource name;
