@@ -17,6 +17,12 @@
 // cluster: restoring a snapshot without `etcdutl snapshot restore
 // --bump-revision` can make tokens repeat.
 //
+// A token is a claim anyone can make up. A resource that receives tokens
+// from outside its process should have them verified against the lock
+// service before they may raise a mark (lease.Verifier, guard.WithVerifier,
+// sqlguard.WithVerifier); a token the service does not confirm is
+// [ErrUnverified].
+//
 // The owner token (package owner) and the fencing token do different jobs:
 // the owner token lets a holder manage its own lock record and is never sent
 // to other services; the fencing token is public and travels with every

@@ -24,6 +24,11 @@ var (
 	// ErrSyntax reports text that is not a token's canonical text form.
 	// Errors matching it are *SyntaxError.
 	ErrSyntax = errors.New("fence: malformed token text")
+	// ErrUnverified reports a token that the lock service did not confirm:
+	// when it was checked, the token's lock had no current holder with the
+	// token's revision (see lease.Verifier). Verifiers return errors
+	// matching it; guard and sqlguard refuse such tokens.
+	ErrUnverified = errors.New("fence: token not issued to the lock's current holder")
 )
 
 // Token is a fencing token: the lock's name and the etcd creation revision of

@@ -1,8 +1,13 @@
 // Package guard makes resources refuse writes from lease holders that have
 // been superseded: it keeps, per protected resource, the highest fencing
-// token accepted (the mark) and rejects anything older, in HTTP handlers,
-// gRPC servers or plain Go code; and it carries tokens from clients to
-// those servers.
+// token accepted (the mark) and rejects anything older, in HTTP handlers
+// or plain Go code; and it carries tokens from HTTP clients to those
+// servers.
+//
+// Package guard depends on the standard library, fence and Prometheus
+// only. The gRPC interceptors are in package grpcguard and the etcd-backed
+// store in package etcdstore (both under guard/), so that a program that
+// uses neither links neither gRPC nor the etcd client.
 //
 // # The rule
 //
@@ -17,24 +22,78 @@
 // # Propagation
 //
 // A token travels as one HTTP request header, [Header] ("Fencing-Token"),
-// or one gRPC metadata key, [MetadataKey] ("fencing-token"), whose value is
-// the token's text form, for example "42:orders". Clients put the token in
-// the request context with fence.NewContext and send requests through
-// [Transport] or the gRPC client interceptors ([UnaryClientInterceptor],
-// [StreamClientInterceptor]), which stamp it. Servers read it with
-// [Guard.Middleware] or the gRPC server interceptors, which check it and
-// put it in the handler's context (fence.FromContext).
+// or one gRPC metadata key (grpcguard.MetadataKey, "fencing-token"), whose
+// value is the token's text form, for example "42:orders". Clients put the
+// token in the request context with fence.NewContext and send requests
+// through [Transport] or grpcguard's client interceptors, which stamp it.
+// Servers read it with [Guard.Middleware] or grpcguard's server
+// interceptors, which check it and put it in the handler's context
+// (fence.FromContext). Other transports use [TokenFromValues] and
+// [Guard.Serve].
 //
 // # Answers
 //
 // HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
-// one 409 Conflict, each with an RFC 9457 application/problem+json body
-// ([Problem]) naming the resource, the token received and the mark. gRPC:
-// stale or wrong lock is codes.Aborted, missing or malformed
-// codes.InvalidArgument, with a google.rpc.ErrorInfo detail. In Go,
+// one 409 Conflict, an unverified one (see below) 403 Forbidden, a failure
+// to decide 503, each with an RFC 9457 application/problem+json body
+// ([Problem]) naming the resource, the token received and the mark. gRPC
+// (package grpcguard): stale or wrong lock is codes.Aborted, unverified
+// codes.PermissionDenied, missing or malformed codes.InvalidArgument, with
+// a google.rpc.ErrorInfo detail; a failure codes.Unavailable. In Go,
 // [Guard.Do] refuses with errors matching [ErrRejected] together with
-// fence.ErrStale or fence.ErrWrongLock, or [ErrMalformed]; [TokenFromHeader]
-// and [TokenFromMetadata] return [ErrMissing] or [ErrMalformed].
+// fence.ErrStale or fence.ErrWrongLock, [ErrUnverified] together with
+// fence.ErrUnverified, or [ErrMalformed]; [TokenFromHeader] returns
+// [ErrMissing] or [ErrMalformed].
+//
+// # Verification
+//
+// A fencing token is a claim anyone can make: without verification, any
+// client able to send a header (or metadata) can raise a mark, and one
+// made-up token such as "1099511627776:orders" locks every real holder
+// out of the resource for good (etcd's revision will never reach it).
+// Tokens from another etcd cluster, or from one restored without
+// --bump-revision, do the same by accident. Verify tokens wherever they
+// arrive from outside the process:
+//
+//	v := locks.Verifier() // or lease.NewVerifier(etcdClient, lease.DefaultPrefix)
+//	g, err := guard.New(store, guard.WithVerifier(v))
+//
+// A Guard with a [Verifier] promises that only the token of the lock's
+// current holder, at the time of the check, can raise a mark: before a
+// token newer than the mark moves it, the Guard asks the verifier (for
+// lease.Verifier, one etcd range read: is the head of the lock's queue
+// the record created at exactly this revision?). A token the verifier
+// does not confirm is refused (outcome unverified) and the mark does not
+// move; when the verifier cannot answer (etcd unreachable, the request's
+// context ended) the outcome is failed and nothing is admitted, so bound
+// your requests' contexts. A token equal to the mark (the holder writing
+// again), a stale one and one for another lock are decided from the mark
+// alone: the verifier is asked once per acquisition and resource.
+//
+// With etcdstore in the same etcd cluster as the locks and a
+// lease.Verifier, the check and the mark's advance are one etcd Txn (the
+// store implements [VerifyingStore]): the mark rises only if the token's
+// holder still holds the lock at that moment. Otherwise (MemoryStore,
+// marks in another cluster, a verifier without Condition) they are two
+// steps: between them the holder may lose its lease and a successor
+// acquire the lock, and the mark can then rise to the token that was
+// current at the check. That token was issued by the lock service, the
+// successor's token is newer and still admitted, and the superseded
+// holder is refused as stale once its successor has written (or
+// [Guard.Claim]ed): the same guarantee as for any holder that loses its
+// lease right after a write was admitted. In no case can a forged token,
+// a waiter's, another cluster's, or one whose lease had ended before the
+// check raise a mark. Either way the write a token admits runs after the check, so a
+// holder may lose its lease while its write runs: the fencing rule, not
+// the verifier, stops its later writes.
+//
+// # Recovering a poisoned mark
+//
+// A mark raised by a forged token (before a verifier was configured) is
+// set back with [Guard.ResetMark], an operator's action that names the
+// exact old mark, so it cannot undo an advance it did not see, and logs
+// both marks at Warn. [MemoryStore] and etcdstore.Store implement it
+// ([Resetter]); sqlguard has its own ResetMark.
 //
 // # Guarantees
 //
@@ -47,14 +106,14 @@
 // store.
 //
 // [MemoryStore] keeps marks in one process; they are lost on restart.
-// [EtcdStore] keeps them in etcd, shared by every replica that uses the
+// etcdstore.Store keeps them in etcd, shared by every replica that uses the
 // same prefix, and advances them with a compare-and-swap Txn, so the mark
 // itself never goes backwards.
 //
 // # The window between replicas
 //
 // The check is not atomic with a write that lands somewhere else. With
-// replicas sharing an EtcdStore, replica R1 may advance the mark to 5 and
+// replicas sharing an etcdstore.Store, replica R1 may advance the mark to 5 and
 // start its write while replica R2 advances it to 7 and finishes its own
 // write; R1's write with token 5 then lands after token 7's. The window of
 // a write is from the commit of its mark check in etcd to the end of its
@@ -65,18 +124,22 @@
 // the check is atomic with the write:
 //
 //   - one Guard per resource: route every write of a resource to one
-//     replica (or one process); then MemoryStore or EtcdStore is exact;
+//     replica (or one process); then MemoryStore or etcdstore is exact;
 //   - the mark next to the data, checked in the same transaction: package
 //     sqlguard keeps the mark in a row of the same database and checks and
 //     advances it in the same SQL transaction as the write, so the
 //     database's row lock orders them;
 //   - data in the same etcd cluster: make the data's Txn also compare the
-//     mark key (see [EtcdStore.Key]) with the token.
+//     mark key (see etcdstore.Store.Key) with the token.
 //
 // # What guard does not do
 //
 //   - It does not stop writes that bypass it: a resource is fenced only
 //     where every writer goes through a Guard (or sqlguard).
+//   - Without WithVerifier it does not check that a token was ever
+//     issued: any sender can raise a mark (see Verification). It never
+//     authenticates the sender: a client that learns the current holder's
+//     token can write as the holder.
 //   - It orders writes per resource only; a request touching several
 //     resources is not atomic across them.
 //   - It does not detect the same request applied twice (use an
@@ -93,7 +156,8 @@
 // # Observability
 //
 // Every decision is reported to hooks ([WithHook]) as an [Event] with an
-// [Outcome] (accepted, stale, wrong_lock, missing, malformed, failed),
+// [Outcome] (accepted, stale, wrong_lock, missing, malformed, unverified,
+// failed),
 // counted in fencekit_guard_decisions_total{outcome} on a caller's
 // Prometheus registry ([WithMetrics]; a resource label only with
 // [WithResourceLabel]), and logged through [WithLogger] (discarded by

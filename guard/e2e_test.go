@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/etcdstore"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
@@ -27,7 +28,7 @@ func TestEndToEndPausedHolder(t *testing.T) {
 	c := etcdtest.Start(t)
 
 	// The fenced service keeps its marks in etcd over its own client.
-	store, err := guard.NewEtcdStore(etcdtest.Client(t, c), "/fencekit-test/marks/")
+	store, err := etcdstore.New(etcdtest.Client(t, c), "/fencekit-test/marks/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/etcdstore"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -23,7 +24,7 @@ const markPrefix = "/fencekit-test/marks/"
 // Guard, sharing marks with the other replicas through etcd.
 type replica struct {
 	cli   *clientv3.Client
-	store *guard.EtcdStore
+	store *etcdstore.Store
 	g     *guard.Guard
 }
 
@@ -33,7 +34,7 @@ func newReplicas(t *testing.T, n int) []replica {
 	rs := make([]replica, n)
 	for i := range rs {
 		cli := etcdtest.Client(t, c)
-		store, err := guard.NewEtcdStore(cli, markPrefix)
+		store, err := etcdstore.New(cli, markPrefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,11 +48,11 @@ func newReplicas(t *testing.T, n int) []replica {
 }
 
 func TestNewEtcdStoreValidates(t *testing.T) {
-	if _, err := guard.NewEtcdStore(nil, "/p/"); err == nil {
+	if _, err := etcdstore.New(nil, "/p/"); err == nil {
 		t.Error("NewEtcdStore(nil client): got nil error")
 	}
 	c := etcdtest.Start(t)
-	if _, err := guard.NewEtcdStore(etcdtest.Client(t, c), ""); err == nil {
+	if _, err := etcdstore.New(etcdtest.Client(t, c), ""); err == nil {
 		t.Error("NewEtcdStore with empty prefix: got nil error")
 	}
 }

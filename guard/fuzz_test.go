@@ -7,7 +7,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"google.golang.org/grpc/metadata"
 )
 
 // values returns the first n%3 of a and b: no value, one, or two.
@@ -15,7 +14,7 @@ func values(a, b string, n uint8) []string {
 	return []string{a, b}[:n%3]
 }
 
-// checkTokenFrom checks the answer of TokenFromHeader or TokenFromMetadata
+// checkTokenFrom checks the answer of TokenFromHeader
 // for a request that carried vs: missing for none, malformed for several,
 // and for one exactly what fence.Parse says, as a valid token whose text
 // form is the value itself.
@@ -64,21 +63,6 @@ func FuzzTokenFromHeader(f *testing.F) {
 			h.Add(guard.Header, v)
 		}
 		tok, err := guard.TokenFromHeader(h)
-		checkTokenFrom(t, vs, tok, err)
-	})
-}
-
-func FuzzTokenFromMetadata(f *testing.F) {
-	f.Add("42:orders", "", uint8(1))
-	f.Add("7:a%2Fb", "7:a%2Fb", uint8(2))
-	f.Add("", "", uint8(0))
-	f.Fuzz(func(t *testing.T, a, b string, n uint8) {
-		vs := values(a, b, n)
-		md := metadata.MD{}
-		for _, v := range vs {
-			md.Append("Fencing-Token", v) // keys are case-insensitive
-		}
-		tok, err := guard.TokenFromMetadata(md)
 		checkTokenFrom(t, vs, tok, err)
 	})
 }

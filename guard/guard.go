@@ -29,6 +29,14 @@ var (
 	// ErrInvalidTarget reports a Target with an empty resource or lock
 	// name, or a lock name longer than fence.MaxNameLen.
 	ErrInvalidTarget = errors.New("guard: invalid target")
+	// ErrUnverified reports a token newer than a resource's mark that the
+	// Guard's Verifier (WithVerifier) did not confirm as its lock's current
+	// holder's. Errors matching it are *UnverifiedError and also match
+	// fence.ErrUnverified.
+	ErrUnverified = errors.New("guard: fencing token not verified")
+	// ErrMarkChanged reports a ResetMark whose expected old mark is not
+	// the resource's mark. Errors matching it are *MarkChangedError.
+	ErrMarkChanged = errors.New("guard: mark changed")
 )
 
 // RejectedError is the error for a token that a resource refused.
@@ -92,13 +100,17 @@ const (
 	Missing
 	// Malformed: the token could not be parsed or was invalid.
 	Malformed
-	// Failed: no decision was made; the store failed, the Target was
-	// invalid, or the context ended while waiting for the resource.
+	// Failed: no decision was made; the store or the Verifier failed,
+	// the Target was invalid, or the context ended while waiting for the
+	// resource.
 	Failed
+	// Unverified: the token was newer than the mark, and the Verifier
+	// (WithVerifier) did not confirm it.
+	Unverified
 )
 
 // String returns the outcome's name as used in logs: "accepted", "stale",
-// "wrong_lock", "missing", "malformed" or "failed".
+// "wrong_lock", "missing", "malformed", "failed" or "unverified".
 func (o Outcome) String() string {
 	switch o {
 	case Accepted:
@@ -113,6 +125,8 @@ func (o Outcome) String() string {
 		return "malformed"
 	case Failed:
 		return "failed"
+	case Unverified:
+		return "unverified"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -142,16 +156,18 @@ type config struct {
 	hooks         []func(context.Context, Event)
 	registerer    prometheus.Registerer
 	resourceLabel bool
+	verifier      Verifier
 }
 
 type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// WithLogger makes the Guard log every decision to l: rejections, missing
-// and malformed tokens at Warn, store failures at Error, acceptances at
-// Debug. Records carry the fields of package lease's records, so that a
-// rejection joins to the acquisition or loss of the token it refused:
+// WithLogger makes the Guard log every decision to l: rejections,
+// unverified, missing and malformed tokens at Warn, store and verifier
+// failures at Error, acceptances at Debug. Records carry the fields of
+// package lease's records, so that a rejection joins to the acquisition
+// or loss of the token it refused:
 //
 //   - "outcome": the Outcome's name;
 //   - "resource": the resource name;
@@ -162,7 +178,7 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 //   - "fence_lock": a hash of the token's lock name, only when it differs
 //     from the Target's (outcome wrong_lock);
 //   - "mark": the revision of the resource's mark, when known;
-//   - "error": the reason, for outcome failed.
+//   - "error": the reason, for outcomes failed and unverified.
 //
 // Never an owner token: those never reach this package. By default nothing
 // is logged.
@@ -193,8 +209,8 @@ func WithHook(f func(ctx context.Context, e Event)) Option {
 // WithMetrics registers the Guard's Prometheus metrics on reg (nothing is
 // registered globally): fencekit_guard_decisions_total{outcome} counts
 // decisions by Outcome ("accepted", "stale", "wrong_lock", "missing",
-// "malformed", "failed"). Label values are fixed words, never lock names
-// or tokens, unless WithResourceLabel adds the resource name. Guards
+// "malformed", "failed", "unverified"). Label values are fixed words,
+// never lock names or tokens, unless WithResourceLabel adds the resource name. Guards
 // registering on the same reg share the counter, so they must agree on
 // WithResourceLabel: New fails otherwise. It runs alongside any hooks
 // (WithHook).
@@ -228,6 +244,7 @@ func WithResourceLabel() Option {
 // A Guard is safe for concurrent use.
 type Guard struct {
 	store Store
+	ver   Verifier // nil without WithVerifier
 	log   *slog.Logger
 	hooks []func(context.Context, Event)
 	met   *metrics // nil without WithMetrics
@@ -271,7 +288,7 @@ func New(store Store, opts ...Option) (*Guard, error) {
 	case cfg.resourceLabel:
 		return nil, errors.New("guard: WithResourceLabel without WithMetrics")
 	}
-	return &Guard{store: store, log: cfg.logger, hooks: cfg.hooks, met: met, locks: map[string]*resLock{}}, nil
+	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, hooks: cfg.hooks, met: met, locks: map[string]*resLock{}}, nil
 }
 
 // Do runs write if t may write the Target's resource, and returns its
@@ -295,6 +312,31 @@ func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ct
 	}
 	_, err := g.do(ctx, tgt, t, write)
 	return err
+}
+
+// Serve is Do for transports that read the token from a request (the HTTP
+// middleware, package grpcguard's interceptors). tokErr is the error of
+// reading it (see TokenFromValues), nil when t was read: a non-nil tokErr
+// is reported to hooks, metrics and the log as outcome missing (when it
+// matches ErrMissing) or malformed, and returned without calling write.
+// Otherwise Serve is Do. ran reports whether write ran, so that a
+// transport can pass write's errors on unchanged and translate the
+// Guard's refusals for its clients.
+//
+// Serve panics if write is nil.
+func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr error, write func(ctx context.Context) error) (ran bool, err error) {
+	if write == nil {
+		panic("guard: Serve with nil write")
+	}
+	if tokErr != nil {
+		ev := Event{Outcome: Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Err: tokErr}
+		if errors.Is(tokErr, ErrMissing) {
+			ev.Outcome = Missing
+		}
+		g.observe(ctx, ev)
+		return false, tokErr
+	}
+	return g.do(ctx, tgt, t, write)
 }
 
 // do is Do, reporting whether write ran, so that callers can tell write's
@@ -322,7 +364,7 @@ func (g *Guard) do(ctx context.Context, tgt Target, t fence.Token, write func(co
 // older token for any of the resources, and will admit none; so state the
 // holder reads afterwards cannot be overwritten by an earlier holder
 // through this Guard. See the package documentation for replicas sharing
-// an EtcdStore.
+// an etcdstore.Store.
 //
 // Resources are claimed one at a time, in sorted order. Claim stops at the
 // first failure and returns its error (as Do would); resources claimed
@@ -361,20 +403,73 @@ func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) error {
 		g.observe(ctx, ev)
 		return ev.Err
 	}
+	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
+		mark, err := vs.AdvanceVerified(ctx, tgt.Resource, t, g.ver)
+		ev.Mark = mark
+		if errors.Is(err, fence.ErrUnverified) {
+			ev.Outcome, ev.Err = Unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+		} else {
+			g.decide(&ev, err)
+		}
+		g.observe(ctx, ev)
+		return ev.Err
+	}
+	if g.ver != nil {
+		done, err := g.verify(ctx, tgt, t, &ev)
+		if done {
+			g.observe(ctx, ev)
+			return err
+		}
+	}
 	mark, err := g.store.Advance(ctx, tgt.Resource, t)
 	ev.Mark = mark
+	g.decide(&ev, err)
+	g.observe(ctx, ev)
+	return ev.Err
+}
+
+// decide sets ev's outcome and error from the error of a store's Advance
+// (or the check of a mark read from it).
+func (g *Guard) decide(ev *Event, err error) {
 	switch {
 	case err == nil:
 		ev.Outcome = Accepted
 	case errors.Is(err, fence.ErrStale):
-		ev.Outcome, ev.Err = Stale, &RejectedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+		ev.Outcome, ev.Err = Stale, &RejectedError{Resource: ev.Resource, Token: ev.Token, Mark: ev.Mark, Err: err}
 	case errors.Is(err, fence.ErrWrongLock):
-		ev.Outcome, ev.Err = WrongLock, &RejectedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+		ev.Outcome, ev.Err = WrongLock, &RejectedError{Resource: ev.Resource, Token: ev.Token, Mark: ev.Mark, Err: err}
 	default:
-		ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: advance mark of %q: %w", tgt.Resource, err)
+		ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: advance mark of %q: %w", ev.Resource, err)
 	}
-	g.observe(ctx, ev)
-	return ev.Err
+}
+
+// verify decides t without the store's Advance when it can: a token equal
+// to the mark is accepted and a stale or wrong-lock one refused, without
+// calling the Verifier; a newer one is verified. It reports done when ev
+// holds the decision, and otherwise leaves the advance to the caller. The
+// caller holds the resource, so the mark read here is the mark Advance
+// sees, unless another Guard sharing the store raises it in between;
+// Advance then refuses t as stale.
+func (g *Guard) verify(ctx context.Context, tgt Target, t fence.Token, ev *Event) (done bool, err error) {
+	mark, err := g.store.Mark(ctx, tgt.Resource)
+	if err != nil {
+		ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: read mark of %q: %w", tgt.Resource, err)
+		return true, ev.Err
+	}
+	ev.Mark = mark
+	if err := fence.Check(mark, t); err != nil || mark == t {
+		g.decide(ev, err)
+		return true, ev.Err
+	}
+	if err := g.ver.Verify(ctx, t); err != nil {
+		if errors.Is(err, fence.ErrUnverified) {
+			ev.Outcome, ev.Err = Unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+		} else {
+			ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: verify token for %q: %w", tgt.Resource, err)
+		}
+		return true, ev.Err
+	}
+	return false, nil
 }
 
 // lock takes the resource's in-process mutex, giving up when ctx ends.
@@ -450,7 +545,7 @@ func (g *Guard) observe(ctx context.Context, e Event) {
 	if !e.Mark.IsZero() {
 		attrs = append(attrs, slog.Int64("mark", e.Mark.Revision))
 	}
-	if e.Outcome == Failed && e.Err != nil {
+	if (e.Outcome == Failed || e.Outcome == Unverified) && e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
 	g.log.LogAttrs(ctx, level, msg, attrs...)

@@ -49,12 +49,6 @@ func TestNewValidates(t *testing.T) {
 	if _, err := g.Middleware(func(*http.Request) (guard.Target, bool) { return guard.Target{}, false }, guard.WithUnfencedMethods("")); err == nil {
 		t.Error("WithUnfencedMethods(\"\"): got nil error")
 	}
-	if _, err := g.UnaryServerInterceptor(nil); err == nil {
-		t.Error("UnaryServerInterceptor(nil): got nil error")
-	}
-	if _, err := g.StreamServerInterceptor(nil); err == nil {
-		t.Error("StreamServerInterceptor(nil): got nil error")
-	}
 }
 
 // TestDoRule walks one resource through every case of the rule.

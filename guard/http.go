@@ -24,6 +24,9 @@ const (
 	StatusMalformed = http.StatusBadRequest
 	// StatusRejected answers a stale or wrong-lock token: 409 Conflict.
 	StatusRejected = http.StatusConflict
+	// StatusUnverified answers a newer token that the Guard's Verifier
+	// did not confirm: 403 Forbidden. Resending it cannot help.
+	StatusUnverified = http.StatusForbidden
 )
 
 // The RFC 9457 problem types in the "type" member of the middleware's
@@ -39,8 +42,13 @@ const (
 	ProblemMissing = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMissing"
 	// ProblemMalformed: the Header is not one valid token; status 400.
 	ProblemMalformed = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMalformed"
-	// ProblemUnavailable: the guard could not decide (store failure or
-	// the request ended while waiting); status 503, safe to retry.
+	// ProblemUnverified: the token is newer than the resource's mark but
+	// the lock service did not confirm it as its lock's current holder's
+	// (see WithVerifier); status 403. The mark did not move.
+	ProblemUnverified = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnverified"
+	// ProblemUnavailable: the guard could not decide (store or verifier
+	// failure, or the request ended while waiting); status 503, safe to
+	// retry.
 	ProblemUnavailable = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnavailable"
 )
 
@@ -113,8 +121,10 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 //     resource, the token received and the mark;
 //   - a token for another lock: 409 (StatusRejected), type
 //     ProblemWrongLock;
-//   - a store failure, or the request ended while waiting: 503, type
-//     ProblemUnavailable; an invalid Target from route: 500.
+//   - with WithVerifier, a newer token the verifier did not confirm: 403
+//     (StatusUnverified), type ProblemUnverified;
+//   - a store or verifier failure, or the request ended while waiting:
+//     503, type ProblemUnavailable; an invalid Target from route: 500.
 //
 // Requests whose method is unfenced (by default GET, HEAD and OPTIONS; see
 // WithUnfencedMethods) and requests route declines pass unchecked; when
@@ -151,16 +161,7 @@ func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) (func(http.Handl
 				return
 			}
 			t, err := TokenFromHeader(r.Header)
-			if err != nil {
-				ev := Event{Outcome: Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Err: err}
-				if errors.Is(err, ErrMissing) {
-					ev.Outcome = Missing
-				}
-				g.observe(r.Context(), ev)
-				writeProblem(w, problemFor(tgt, t, err))
-				return
-			}
-			ran, err := g.do(r.Context(), tgt, t, func(ctx context.Context) error {
+			ran, err := g.Serve(r.Context(), tgt, t, err, func(ctx context.Context) error {
 				next.ServeHTTP(w, r.WithContext(ctx))
 				return nil
 			})
@@ -178,7 +179,14 @@ func problemFor(tgt Target, t fence.Token, err error) Problem {
 		p.Token = t.String()
 	}
 	var rej *RejectedError
+	var unv *UnverifiedError
 	switch {
+	case errors.As(err, &unv):
+		p.Type, p.Title, p.Status = ProblemUnverified, "Fencing token not verified", StatusUnverified
+		if !unv.Mark.IsZero() {
+			p.Mark = unv.Mark.String()
+		}
+		p.Detail = fmt.Sprintf("token %s is not the fencing token of lock %q's current holder; the mark of resource %q did not move", t, t.Lock, tgt.Resource)
 	case errors.As(err, &rej):
 		p.Status = StatusRejected
 		if !rej.Mark.IsZero() {

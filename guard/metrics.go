@@ -17,7 +17,7 @@ type metrics struct {
 
 func newMetrics(resource bool) *metrics {
 	labels := []string{"outcome"}
-	help := "Fencing decisions by outcome: accepted, stale, wrong_lock, missing, malformed, failed (store error, invalid target or request ended while waiting)."
+	help := "Fencing decisions by outcome: accepted, stale, wrong_lock, missing, malformed, unverified (newer token the verifier did not confirm), failed (store or verifier error, invalid target or request ended while waiting)."
 	if resource {
 		labels = append(labels, "resource")
 		help += " Labelled with the resource name."
@@ -33,7 +33,7 @@ func newMetrics(resource bool) *metrics {
 
 // allOutcomes lists every Outcome, so that the series of a Guard without
 // the resource label exist from the start at zero.
-var allOutcomes = []Outcome{Accepted, Stale, WrongLock, Missing, Malformed, Failed}
+var allOutcomes = []Outcome{Accepted, Stale, WrongLock, Missing, Malformed, Failed, Unverified}
 
 // register registers m's collector on reg. A collector that an earlier
 // Guard registered there with the same labels is shared, so several Guards

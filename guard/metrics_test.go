@@ -48,6 +48,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	want := map[string]float64{
 		"outcome=accepted": 0, "outcome=stale": 0, "outcome=wrong_lock": 0,
 		"outcome=missing": 0, "outcome=malformed": 0, "outcome=failed": 0,
+		"outcome=unverified": 0,
 	}
 	if got := counters(t, reg, name); !equalCounts(got, want) {
 		t.Fatalf("before any decision: %v, want %v", got, want)
@@ -88,6 +89,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	want = map[string]float64{
 		"outcome=accepted": 2, "outcome=stale": 1, "outcome=wrong_lock": 1,
 		"outcome=missing": 1, "outcome=malformed": 2, "outcome=failed": 1,
+		"outcome=unverified": 0,
 	}
 	if got := counters(t, reg, name); !equalCounts(got, want) {
 		t.Errorf("counts = %v, want %v", got, want)

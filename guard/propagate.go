@@ -1,40 +1,34 @@
 package guard
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 
 	"github.com/fencekit/fencekit/fence"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 )
 
 const (
 	// Header is the HTTP request header that carries a fencing token, in
 	// its text form (fence.Token.String): the decimal revision, ":", and
 	// the percent-encoded lock name, for example "Fencing-Token: 42:orders".
-	// A request carries at most one.
+	// A request carries at most one. Package grpcguard's MetadataKey
+	// carries the same value in gRPC metadata.
 	Header = "Fencing-Token"
-	// MetadataKey is the gRPC metadata key that carries a fencing token,
-	// with the same value as Header. A request carries at most one.
-	MetadataKey = "fencing-token"
 )
 
 // TokenFromHeader returns the token carried by h. It returns an error
 // matching ErrMissing when h has no Header, and one matching ErrMalformed
 // when it has more than one or its value is not a valid token.
 func TokenFromHeader(h http.Header) (fence.Token, error) {
-	return tokenFromValues(h.Values(Header))
+	return TokenFromValues(h.Values(Header))
 }
 
-// TokenFromMetadata returns the token carried by md, with the errors of
-// TokenFromHeader.
-func TokenFromMetadata(md metadata.MD) (fence.Token, error) {
-	return tokenFromValues(md.Get(MetadataKey))
-}
-
-func tokenFromValues(vs []string) (fence.Token, error) {
+// TokenFromValues returns the token carried by the values of one header
+// line or metadata key of a request, for transports other than HTTP
+// (package grpcguard uses it): an error matching ErrMissing for no value,
+// and one matching ErrMalformed for several or for a value that is not a
+// valid token.
+func TokenFromValues(vs []string) (fence.Token, error) {
 	switch len(vs) {
 	case 0:
 		return fence.Token{}, ErrMissing
@@ -91,48 +85,4 @@ func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-}
-
-// UnaryClientInterceptor returns a gRPC client interceptor that sends the
-// fencing token found in each call's context as MetadataKey, replacing any
-// value already there. Calls without a token are sent unchanged; a call
-// whose context carries an invalid token fails with an error matching
-// fence.ErrInvalid and is not sent.
-func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx, err := outgoing(ctx)
-		if err != nil {
-			return err
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-}
-
-// StreamClientInterceptor is the streaming form of UnaryClientInterceptor.
-func StreamClientInterceptor() grpc.StreamClientInterceptor {
-	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ctx, err := outgoing(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return streamer(ctx, desc, cc, method, opts...)
-	}
-}
-
-func outgoing(ctx context.Context) (context.Context, error) {
-	tok, ok := fence.FromContext(ctx)
-	if !ok {
-		return ctx, nil
-	}
-	if err := tok.Validate(); err != nil {
-		return ctx, fmt.Errorf("guard: token in call context: %w", err)
-	}
-	md, ok := metadata.FromOutgoingContext(ctx)
-	if ok {
-		md = md.Copy()
-	} else {
-		md = metadata.MD{}
-	}
-	md.Set(MetadataKey, tok.String())
-	return metadata.NewOutgoingContext(ctx, md), nil
 }

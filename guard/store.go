@@ -2,13 +2,9 @@ package guard
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/fencekit/fencekit/fence"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Store keeps the marks of resources: per resource, the highest token
@@ -65,100 +61,22 @@ func (s *MemoryStore) Mark(_ context.Context, resource string) (fence.Token, err
 	return s.marks[resource], nil
 }
 
-// EtcdStore is a Store that keeps marks in etcd, one key per resource
-// under a prefix, holding the mark's text form (fence.Token.String).
-// Replicas of a service that share an EtcdStore's prefix share its marks,
-// and the marks survive restarts. Advance reads the key and, when the
-// token is newer, writes it in a Txn that compares the key's ModRevision
-// with the one read, retrying on conflict; an equal token is accepted by
-// the linearizable read alone.
-//
-// An EtcdStore does not own its client: close the client after use. It is
-// safe for concurrent use.
-type EtcdStore struct {
-	cli    *clientv3.Client
-	prefix string
-}
-
-// NewEtcdStore returns a store keeping marks under prefix through cli. The
-// key of a resource is prefix followed by the resource name; prefix must
-// not be empty and should end in "/" and be used by nothing else.
-func NewEtcdStore(cli *clientv3.Client, prefix string) (*EtcdStore, error) {
-	if cli == nil {
-		return nil, errors.New("guard: nil etcd client")
+// ResetMark implements Resetter: it sets the resource's mark to next if it
+// is exactly old (the zero Token: no mark), and returns a
+// *MarkChangedError otherwise. Use Guard.ResetMark, which logs the reset
+// and waits for the resource's in-flight write.
+func (s *MemoryStore) ResetMark(_ context.Context, resource string, old, next fence.Token) error {
+	if err := ValidateReset(resource, old, next); err != nil {
+		return err
 	}
-	if prefix == "" {
-		return nil, errors.New("guard: empty etcd key prefix")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if mark := s.marks[resource]; mark != old {
+		return &MarkChangedError{Resource: resource, Want: old, Mark: mark}
 	}
-	return &EtcdStore{cli: cli, prefix: prefix}, nil
-}
-
-// Key returns the etcd key holding the resource's mark. A write to data
-// in the same etcd cluster can be made atomic with the mark by putting
-// clientv3.Compare(clientv3.Value(s.Key(resource)), "=", t.String()) in
-// its Txn: it then fails once a newer token has advanced the mark.
-func (s *EtcdStore) Key(resource string) string { return s.prefix + resource }
-
-// Advance implements Store.
-func (s *EtcdStore) Advance(ctx context.Context, resource string, t fence.Token) (fence.Token, error) {
-	if resource == "" {
-		return fence.Token{}, fmt.Errorf("%w: empty resource name", ErrInvalidTarget)
+	if s.marks == nil {
+		s.marks = map[string]fence.Token{}
 	}
-	if err := t.Validate(); err != nil {
-		return fence.Token{}, err
-	}
-	key := s.Key(resource)
-	resp, err := s.cli.Get(ctx, key)
-	if err != nil {
-		return fence.Token{}, fmt.Errorf("guard: read mark: %w", err)
-	}
-	kvs := resp.Kvs
-	for {
-		mark, modRev, err := decodeMark(key, kvs)
-		if err != nil {
-			return fence.Token{}, err
-		}
-		if err := fence.Check(mark, t); err != nil {
-			return mark, err
-		}
-		if mark == t {
-			return mark, nil
-		}
-		txn, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, t.String())).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		if err != nil {
-			return fence.Token{}, fmt.Errorf("guard: advance mark: %w", err)
-		}
-		if txn.Succeeded {
-			return t, nil
-		}
-		kvs = txn.Responses[0].GetResponseRange().GetKvs()
-	}
-}
-
-// Mark implements Store.
-func (s *EtcdStore) Mark(ctx context.Context, resource string) (fence.Token, error) {
-	key := s.Key(resource)
-	resp, err := s.cli.Get(ctx, key)
-	if err != nil {
-		return fence.Token{}, fmt.Errorf("guard: read mark: %w", err)
-	}
-	mark, _, err := decodeMark(key, resp.Kvs)
-	return mark, err
-}
-
-// decodeMark returns the mark stored in kvs (at most one pair) and its
-// ModRevision; zero values when the key is absent.
-func decodeMark(key string, kvs []*mvccpb.KeyValue) (fence.Token, int64, error) {
-	if len(kvs) == 0 {
-		return fence.Token{}, 0, nil
-	}
-	mark, err := fence.Parse(string(kvs[0].Value))
-	if err != nil {
-		return fence.Token{}, 0, fmt.Errorf("guard: mark at etcd key %q: %w", key, err)
-	}
-	return mark, kvs[0].ModRevision, nil
+	s.marks[resource] = next
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/etcdstore"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -118,7 +119,7 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 		}
 	}
 
-	store, err := guard.NewEtcdStore(etcdtest.Client(t, c), "/fencekit-test/marks/")
+	store, err := etcdstore.New(etcdtest.Client(t, c), "/fencekit-test/marks/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,13 +9,15 @@
 //
 //   - register: an in-memory set behind guard's HTTP middleware, served by
 //     an httptest.Server (every method fenced, so the first read of a new
-//     holder raises the mark, as guard.Claim would);
+//     holder raises the mark, as guard.Claim would; new tokens verified
+//     against etcd with lease.Verifier);
 //   - sql-sqlite always, and sql-postgresql and sql-mysql or sql-mariadb
 //     (named after the server that answers) when FENCEKIT_PG_DSN and
 //     FENCEKIT_MYSQL_DSN are set (FENCEKIT_REQUIRE_DB=1 makes them
 //     mandatory): a row holding a set, written through sqlguard (Claim
-//     after acquiring, RunTx with Fence for every write), with a log table
-//     written in the same transaction that records what was applied.
+//     after acquiring, RunTx with Fence for every write, tokens verified
+//     with sqlguard.WithVerifier), with a log table written in the same
+//     transaction that records what was applied.
 //
 // Workers are two goroutines of the test process and two worker processes
 // (the test binary executed again; TestMain dispatches them), each with

@@ -19,6 +19,7 @@ import (
 	"github.com/fencekit/fencekit/integration/faults"
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Environment variables.
@@ -182,7 +183,7 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 	defer admin.Close()
 
 	// Resources: two lines (guarded, unguarded) per workload.
-	env := &phaseEnv{t: t, dir: t.TempDir(), run: fmt.Sprintf("fks%x", rand.Uint32())}
+	env := &phaseEnv{t: t, dir: t.TempDir(), run: fmt.Sprintf("fks%x", rand.Uint32()), etcd: admin}
 	var lines []line
 	for _, w := range workloads {
 		ls, cleanup := w.setup(ctx, env)
@@ -327,9 +328,10 @@ func closeCluster(c *embedetcd.Cluster) {
 
 // phaseEnv is what workloads need to set up their resources in a phase.
 type phaseEnv struct {
-	t   *testing.T
-	dir string // temporary directory of the phase
-	run string // unique name prefix of the phase
+	t    *testing.T
+	dir  string           // temporary directory of the phase
+	run  string           // unique name prefix of the phase
+	etcd *clientv3.Client // the phase's cluster, for resources' verifiers
 }
 
 // line is one workload in one mode, as the phase runs it.

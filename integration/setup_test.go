@@ -11,16 +11,23 @@ import (
 	"path/filepath"
 
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 )
 
 // registerWorkload serves two registers from one httptest.Server: one
 // behind guard's middleware (every method fenced, marks in a
-// guard.MemoryStore), one without.
+// guard.MemoryStore, new tokens verified against etcd), one without.
 func registerWorkload() workload {
 	return workload{setup: func(_ context.Context, env *phaseEnv) ([]line, func()) {
 		t := env.t
-		g, err := guard.New(guard.NewMemoryStore())
+		// The guarded register verifies new tokens against the phase's
+		// lock records, as a server receiving tokens from outside should.
+		v, err := lease.NewVerifier(env.etcd, lease.DefaultPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(v))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -136,7 +136,7 @@ func runWorker(ctx context.Context, cfg workerConfig, slow *faults.SlowWriter, e
 		}
 	}()
 	for _, spec := range cfg.Lines {
-		c, err := openResource(spec)
+		c, err := openResource(spec, locks.Verifier())
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", spec.Workload, spec.mode(), err)
 		}
@@ -281,12 +281,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func openResource(spec lineSpec) (resourceClient, error) {
+// openResource opens a line's resource; v verifies the tokens of a
+// guarded SQL line.
+func openResource(spec lineSpec, v sqlguard.Verifier) (resourceClient, error) {
 	switch spec.Workload {
 	case "register":
 		return newRegisterClient(spec), nil
 	default:
-		return openSQLClient(spec)
+		return openSQLClient(spec, v)
 	}
 }
 
@@ -383,7 +385,7 @@ func (c *registerClient) do(ctx context.Context, tok fence.Token, method string,
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == guard.StatusRejected {
+	if resp.StatusCode == guard.StatusRejected || resp.StatusCode == guard.StatusUnverified {
 		resp.Body.Close()
 		return nil, fmt.Errorf("%s: %w", method, errRejected)
 	}
@@ -444,12 +446,13 @@ type sqlClient struct {
 	g    *sqlguard.Guard
 }
 
-func openSQLClient(spec lineSpec) (*sqlClient, error) {
+func openSQLClient(spec lineSpec, v sqlguard.Verifier) (*sqlClient, error) {
 	db, err := sql.Open(spec.Driver, spec.DSN)
 	if err != nil {
 		return nil, err
 	}
-	g, err := sqlguard.New(spec.Dialect, sqlguard.WithTable(spec.Tables.Fence), sqlguard.WithRequestTable(spec.Tables.Requests))
+	g, err := sqlguard.New(spec.Dialect, sqlguard.WithTable(spec.Tables.Fence), sqlguard.WithRequestTable(spec.Tables.Requests),
+		sqlguard.WithVerifier(v))
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -476,7 +479,7 @@ func q(d sqlguard.Dialect, query string) string {
 }
 
 func sqlErr(err error) error {
-	if errors.Is(err, sqlguard.ErrStale) || errors.Is(err, sqlguard.ErrWrongLock) {
+	if errors.Is(err, sqlguard.ErrStale) || errors.Is(err, sqlguard.ErrWrongLock) || errors.Is(err, sqlguard.ErrUnverified) {
 		return fmt.Errorf("%w: %w", errRejected, err)
 	}
 	return err

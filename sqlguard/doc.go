@@ -6,7 +6,10 @@
 // It works through database/sql with PostgreSQL (15+, pgx/v5/stdlib),
 // MySQL 8 and MariaDB (10.11+, go-sql-driver/mysql with either
 // clientFoundRows setting) and SQLite (3.35+, modernc.org/sqlite). [Detect]
-// tells the dialects apart; [New] takes one explicitly.
+// tells the dialects apart; [New] takes one explicitly. sqlguard imports
+// no driver and registers none: the program imports the one it uses.
+// MySQL and MariaDB errors are told apart by the number in the driver's
+// *mysql.MySQLError, read without importing the driver.
 //
 // # Two modes
 //
@@ -69,6 +72,34 @@
 //     parameter. Resource names and idempotency keys are 1 to 255 bytes of
 //     UTF-8 without NUL.
 //
+// # Verification
+//
+// A fencing token is a claim anyone can make: without verification, a
+// token newer than the mark advances it, so one made-up token (or one from
+// another etcd cluster, or from a cluster restored without
+// --bump-revision) locks every real holder out of the resource for good.
+// Verify tokens wherever they arrive from outside the process:
+//
+//	g, err := sqlguard.New(sqlguard.PostgreSQL, sqlguard.WithVerifier(locks.Verifier()))
+//
+// With [WithVerifier], Fence, Claim, RunTx, Update and Upsert ask the
+// verifier (lease.Verifier: one etcd range read) before any statement
+// that could advance a mark with a token this Guard has not verified
+// yet, and refuse a token it does not confirm with [*UnverifiedError]
+// ([ErrUnverified]) with nothing changed. A verified guard promises that
+// only the token of the lock's current holder at the time of the check
+// can raise a mark or a row's fence. The Guard remembers, per lock, the
+// last token verified, so a holder's repeated transactions cost one etcd
+// read per acquisition; that token stays admitted until a newer one of
+// the lock is verified, as a holder whose lease ended just after the
+// check would be without a cache (a successor's newer token still
+// passes, and a [Guard.Claim] by the successor shuts the old holder out).
+// When the verifier cannot answer, the call fails and nothing changes.
+//
+// A mark poisoned before a verifier was configured is set back with
+// [Guard.ResetMark], an operator's action that names the exact old mark
+// ([ErrMarkChanged] otherwise) and logs both marks at Warn.
+//
 // # What it does not guarantee
 //
 //   - Writes that skip the fence, run on another connection (a *sql.DB
@@ -91,6 +122,8 @@
 //     ([ErrCommitUnknown]); use [Guard.Record] to make a re-run safe.
 //   - Only modernc.org/sqlite errors are classified for SQLite; other
 //     SQLite drivers work but their busy errors are not [ErrRetryable].
+//   - Without [WithVerifier], any token newer than the mark advances it:
+//     a client able to choose the token can raise the mark.
 //
 // Errors are matched with errors.Is and errors.As: [*StaleError] carries the
 // resource, the refused token and the current mark; [*WrongLockError],
@@ -104,8 +137,8 @@
 // [WithMetrics] counts every Fence, Update, Upsert, Claim and Record call
 // by op and outcome in fencekit_sqlguard_decisions_total{op,outcome}, and
 // RunTx's re-runs in fencekit_sqlguard_retries_total, on a caller's
-// Prometheus registry. [WithLogger] logs stale, wrong-lock and duplicate
-// refusals with package lease's field names ("lock" is a hash of the lock
+// Prometheus registry. [WithLogger] logs stale, wrong-lock, unverified
+// and duplicate refusals and ResetMark with package lease's field names ("lock" is a hash of the lock
 // name, "fence" the refused token's revision, plus "mark", "resource",
 // "outcome" and "op"), so a refusal joins to the lease records of the
 // acquisition whose token it refused. Neither carries lock names,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/go-sql-driver/mysql"
 )
 
 var (
@@ -47,6 +46,13 @@ var (
 	// or may not have committed. Running it again with the same token is
 	// safe for the fence; use an idempotency key to make the writes safe too.
 	ErrCommitUnknown = errors.New("sqlguard: commit outcome unknown")
+	// ErrUnverified reports a token the Guard's Verifier (WithVerifier)
+	// did not confirm as its lock's current holder's. It is
+	// fence.ErrUnverified itself. Errors matching it are *UnverifiedError.
+	ErrUnverified = fence.ErrUnverified
+	// ErrMarkChanged reports a ResetMark whose expected old mark is not
+	// the resource's mark. Errors matching it are *MarkChangedError.
+	ErrMarkChanged = errors.New("sqlguard: mark changed")
 )
 
 // StaleError is the error for a token older than a resource's mark.
@@ -178,9 +184,8 @@ func (g *Guard) retryable(err error) bool {
 			}
 		}
 	case MySQL, MariaDB:
-		var me *mysql.MySQLError
-		if errors.As(err, &me) {
-			switch me.Number {
+		if n, ok := mysqlNumber(err); ok {
+			switch n {
 			case 1213, 1205, 1020:
 				return true
 			}
@@ -201,9 +206,11 @@ func (g *Guard) retryable(err error) bool {
 // server, as opposed to a network, driver or context failure.
 func serverError(err error) bool {
 	var pe interface{ SQLState() string }
-	var me *mysql.MySQLError
 	var se interface{ Code() int }
-	return errors.As(err, &pe) || errors.As(err, &me) || errors.As(err, &se)
+	if _, ok := mysqlNumber(err); ok {
+		return true
+	}
+	return errors.As(err, &pe) || errors.As(err, &se)
 }
 
 // ctxErr keeps ctx.Err() matchable next to the driver's error.

@@ -62,6 +62,9 @@ func (g *Guard) fence(ctx context.Context, q DBTX, tok fence.Token, resources ..
 	if err := needTx(q, "fence"); err != nil {
 		return err
 	}
+	if err := g.verify(ctx, "fence", tok); err != nil {
+		return err
+	}
 	for _, r := range rs {
 		if err := g.fenceOne(ctx, q, tok, r); err != nil {
 			return err
@@ -220,6 +223,17 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	}
 	if db == nil {
 		return fmt.Errorf("%w: run tx: nil Beginner", ErrInvalid)
+	}
+	if len(resources) > 0 {
+		// Before BEGIN, so that no transaction waits on etcd; Fence then
+		// finds tok verified.
+		if !countFence {
+			if err := g.verify(ctx, "claim", tok); err != nil {
+				return err // counted by Claim
+			}
+		} else if err := g.decidedIfErr(ctx, "fence", g.verify(ctx, "fence", tok)); err != nil {
+			return err
+		}
 	}
 	var err error
 	for attempt := 1; ; attempt++ {

@@ -2,10 +2,7 @@ package sqlguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // Record records the idempotency key requestID in the caller's transaction
@@ -36,8 +33,7 @@ func (g *Guard) record(ctx context.Context, q DBTX, requestID string) error {
 		// would also hide other errors, and ON DUPLICATE KEY UPDATE counts
 		// depend on clientFoundRows.
 		_, err := q.ExecContext(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES (?)", requestID)
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1062 { // ER_DUP_ENTRY
+		if isMySQLNumber(err, 1062) { // ER_DUP_ENTRY
 			return &DuplicateError{RequestID: requestID}
 		}
 		if err != nil {

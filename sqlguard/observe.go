@@ -19,8 +19,9 @@ import (
 //     "upsert", "claim", "record"), by outcome: "accepted" (for Record:
 //     recorded), "stale", "wrong_lock", "not_found", "duplicate",
 //     "retryable", "invalid" (refused before any SQL, including ErrNeedTx),
-//     or "error" (anything else: the context ended, a driver error, an
-//     unknown commit). RunTx counts each attempt's Fence as op "fence";
+//     "unverified" (refused by the Verifier of WithVerifier), or "error"
+//     (anything else: the context ended, a driver error, a verifier that
+//     could not tell, an unknown commit). RunTx counts each attempt's Fence as op "fence";
 //     Claim counts once, with its final result, as op "claim".
 //   - fencekit_sqlguard_retries_total: transactions RunTx or Claim ran
 //     again after a retryable error.
@@ -37,9 +38,9 @@ func WithMetrics(reg prometheus.Registerer) Option {
 	})
 }
 
-// WithLogger makes the Guard log its refusals to l at Warn: a stale or
-// wrong-lock token (from Fence, Update, Upsert or Claim) and a duplicate
-// idempotency key (Record). Records carry the field names of package
+// WithLogger makes the Guard log its refusals to l at Warn: a stale,
+// wrong-lock or unverified token (from Fence, Update, Upsert or Claim), a
+// duplicate idempotency key (Record), and a ResetMark. Records carry the field names of package
 // lease's and package guard's records, so that a refusal joins to the
 // acquisition of the refused token: "op", "outcome" ("stale", "wrong_lock"
 // or "duplicate"), "resource" (the resource name, or the table in
@@ -61,7 +62,7 @@ func WithLogger(l *slog.Logger) Option {
 // The op and outcome label values.
 var (
 	metricOps      = []string{"fence", "update", "upsert", "claim", "record"}
-	metricOutcomes = []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "error"}
+	metricOutcomes = []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "unverified", "error"}
 )
 
 type metrics struct {
@@ -73,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_sqlguard_decisions_total",
-			Help: "Fence, Update, Upsert, Claim and Record calls by op and outcome: accepted, stale, wrong_lock, not_found, duplicate, retryable, invalid, error.",
+			Help: "Fence, Update, Upsert, Claim and Record calls by op and outcome: accepted, stale, wrong_lock, not_found, duplicate, retryable, invalid, unverified, error.",
 		}, []string{"op", "outcome"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencekit_sqlguard_retries_total",
@@ -99,6 +100,8 @@ func outcome(err error) string {
 	switch {
 	case err == nil:
 		return "accepted"
+	case errors.Is(err, ErrUnverified):
+		return "unverified"
 	case errors.Is(err, ErrStale):
 		return "stale"
 	case errors.Is(err, ErrWrongLock):
@@ -115,6 +118,15 @@ func outcome(err error) string {
 	return "error"
 }
 
+// decidedIfErr is decided for a failure only: a step that passed is not a
+// decision yet.
+func (g *Guard) decidedIfErr(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return g.decided(ctx, op, err)
+}
+
 // decided counts and logs the result err of op, and returns err.
 func (g *Guard) decided(ctx context.Context, op string, err error) error {
 	o := outcome(err)
@@ -125,8 +137,12 @@ func (g *Guard) decided(ctx context.Context, op string, err error) error {
 	var stale *StaleError
 	var wrong *WrongLockError
 	var dup *DuplicateError
+	var unv *UnverifiedError
 	msg := "sqlguard: fencing token refused"
 	switch {
+	case errors.As(err, &unv):
+		attrs = []slog.Attr{logattr.Lock(unv.Token.Lock), logattr.Fence(unv.Token.Revision),
+			slog.String("error", unv.Err.Error())}
 	case errors.As(err, &stale):
 		attrs = []slog.Attr{slog.String("resource", stale.Resource), logattr.Lock(stale.Current.Lock),
 			logattr.Fence(stale.Token.Revision), slog.Int64("mark", stale.Current.Revision)}

@@ -47,7 +47,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		reg, logs := e.observed()
 		want := map[string]float64{}
 		for _, op := range []string{"fence", "update", "upsert", "claim", "record"} {
-			for _, o := range []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "error"} {
+			for _, o := range []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "unverified", "error"} {
 				want["op="+op+",outcome="+o] = 0
 			}
 		}

@@ -3,12 +3,10 @@ package sqlguard
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/go-sql-driver/mysql"
 )
 
 // Assign is one "column = value" of a row-column write. Value is always
@@ -91,6 +89,9 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 	}
 	if q == nil {
 		return 0, fmt.Errorf("%w: update: nil DBTX", ErrInvalid)
+	}
+	if err := g.verify(ctx, "update", tok); err != nil {
+		return 0, err
 	}
 	if u.Single {
 		return g.updateSingle(ctx, q, tok, u, table, col, sets)
@@ -265,6 +266,9 @@ func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUps
 	if q == nil {
 		return fmt.Errorf("%w: upsert: nil DBTX", ErrInvalid)
 	}
+	if err := g.verify(ctx, "upsert", tok); err != nil {
+		return err
+	}
 	return g.inTx(ctx, q, func(q DBTX) error {
 		return g.upsert(ctx, q, tok, u, table, col, keys, sets)
 	})
@@ -296,11 +300,10 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 
 	if g.d.mysqlLike() {
 		_, err := q.ExecContext(ctx, insert+values, args...)
-		var me *mysql.MySQLError
 		if err == nil {
 			return nil
 		}
-		if !errors.As(err, &me) || me.Number != 1062 { // ER_DUP_ENTRY
+		if !isMySQLNumber(err, 1062) { // ER_DUP_ENTRY
 			return g.wrapErr(ctx, "upsert "+u.Table, err)
 		}
 		// The key exists: the guarded UPDATE (which may set only the fence).

@@ -127,6 +127,7 @@ type config struct {
 	attempts        int
 	registerer      prometheus.Registerer
 	logger          *slog.Logger
+	verifier        Verifier
 }
 
 type optionFunc func(*config) error
@@ -172,7 +173,8 @@ func WithMaxAttempts(n int) Option {
 
 // Guard writes fenced statements in one dialect. It holds no connection and
 // no state besides its configuration (and the metrics and logger of
-// WithMetrics and WithLogger), and is safe for concurrent use.
+// WithMetrics and WithLogger, and the verified tokens of WithVerifier),
+// and is safe for concurrent use.
 type Guard struct {
 	d        Dialect
 	table    string // quoted
@@ -182,6 +184,8 @@ type Guard struct {
 	attempts int
 	met      *metrics // nil without WithMetrics
 	log      *slog.Logger
+	ver      Verifier // nil without WithVerifier
+	verified *verifiedCache
 }
 
 // New returns a Guard for dialect d. It returns an error matching ErrInvalid
@@ -216,6 +220,8 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		attempts: c.attempts,
 		met:      met,
 		log:      c.logger,
+		ver:      c.verifier,
+		verified: &verifiedCache{},
 	}, nil
 }
 

@@ -4,8 +4,10 @@
 // holds the "reports" lease and writes; its link to etcd then pauses past
 // the lease's TTL, so its lease ends and worker B takes over and writes;
 // when A wakes and writes with its old token, the service answers 409
-// Conflict with a problem+json body, and B's report stays. It prints what
-// happened, exits 0, and leaves nothing behind.
+// Conflict with a problem+json body, and B's report stays; a made-up token
+// is refused with 403, since the service verifies new tokens against the
+// lock records. It prints what happened, exits 0, and leaves nothing
+// behind.
 //
 //	go run ./examples/httpguard
 package main
@@ -26,6 +28,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/etcdstore"
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
@@ -85,13 +88,20 @@ func route(r *http.Request) (guard.Target, bool) {
 }
 
 // startService serves the fenced reports on a loopback port; the marks
-// live in etcd under /httpguard/marks/, shared by any replica.
+// live in etcd under /httpguard/marks/, shared by any replica. Tokens
+// arrive from the network, so a token that would raise a mark is
+// verified against the lock records first (in the same Txn, since marks
+// and locks share the cluster).
 func startService(cli *clientv3.Client, counts *outcomes) (*http.Server, string, error) {
-	store, err := guard.NewEtcdStore(cli, "/httpguard/marks/")
+	store, err := etcdstore.New(cli, "/httpguard/marks/")
 	if err != nil {
 		return nil, "", err
 	}
-	g, err := guard.New(store, guard.WithHook(counts.hook))
+	verifier, err := lease.NewVerifier(cli, lease.DefaultPrefix)
+	if err != nil {
+		return nil, "", err
+	}
+	g, err := guard.New(store, guard.WithHook(counts.hook), guard.WithVerifier(verifier))
 	if err != nil {
 		return nil, "", err
 	}
@@ -261,6 +271,23 @@ func run() error {
 	resp.Body.Close()
 	fmt.Println("POST without a token:", resp.Status)
 
+	// So is a made-up token far above any real one: the service verifies
+	// it against the lock records, and the mark does not move.
+	req, err := http.NewRequest(http.MethodPut, base+"/reports/q3", strings.NewReader("forged"))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(guard.Header, "1099511627776:reports")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	fmt.Println("PUT with a forged token 1099511627776:reports:", resp.Status)
+	if resp.StatusCode != guard.StatusUnverified {
+		return fmt.Errorf("forged token got %d, want %d", resp.StatusCode, guard.StatusUnverified)
+	}
+
 	// 5. B's report is intact.
 	resp, err = http.Get(base + "/reports/q3")
 	if err != nil {
@@ -281,8 +308,8 @@ func run() error {
 	fmt.Println("B released")
 
 	counts.mu.Lock()
-	fmt.Printf("guard decisions: accepted %d, stale %d, missing %d\n",
-		counts.n[guard.Accepted], counts.n[guard.Stale], counts.n[guard.Missing])
+	fmt.Printf("guard decisions: accepted %d, stale %d, missing %d, unverified %d\n",
+		counts.n[guard.Accepted], counts.n[guard.Stale], counts.n[guard.Missing], counts.n[guard.Unverified])
 	counts.mu.Unlock()
 	return nil
 }

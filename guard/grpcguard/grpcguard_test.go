@@ -1,4 +1,4 @@
-package guard_test
+package grpcguard_test
 
 import (
 	"context"
@@ -6,11 +6,16 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/grpcguard"
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/lease"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -114,11 +119,11 @@ func rpcRoute(_ context.Context, method string, req any) (guard.Target, bool) {
 // and returns a client connection with the client interceptors.
 func startRPC(t *testing.T, g *guard.Guard) (*itemsRPC, *grpc.ClientConn) {
 	t.Helper()
-	unary, err := g.UnaryServerInterceptor(rpcRoute)
+	unary, err := grpcguard.UnaryServerInterceptor(g, rpcRoute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := g.StreamServerInterceptor(rpcRoute)
+	stream, err := grpcguard.StreamServerInterceptor(g, rpcRoute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +141,8 @@ func startRPC(t *testing.T, g *guard.Guard) (*itemsRPC, *grpc.ClientConn) {
 	}()
 	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(guard.UnaryClientInterceptor()),
-		grpc.WithStreamInterceptor(guard.StreamClientInterceptor()))
+		grpc.WithUnaryInterceptor(grpcguard.UnaryClientInterceptor()),
+		grpc.WithStreamInterceptor(grpcguard.StreamClientInterceptor()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +178,7 @@ func appendStream(ctx context.Context, conn *grpc.ClientConn, n int) error {
 // help (the context carries no fence token).
 func withRawToken(ctx context.Context, values ...string) context.Context {
 	for _, v := range values {
-		ctx = metadata.AppendToOutgoingContext(ctx, guard.MetadataKey, v)
+		ctx = metadata.AppendToOutgoingContext(ctx, grpcguard.MetadataKey, v)
 	}
 	return ctx
 }
@@ -201,13 +206,13 @@ func TestGRPCRule(t *testing.T) {
 		{"first", withTok(5, "items"), codes.OK, "", ""},
 		{"newer", withTok(9, "items"), codes.OK, "", ""},
 		{"equal", withTok(9, "items"), codes.OK, "", ""},
-		{"older", withTok(7, "items"), codes.Aborted, guard.ReasonStale, "9"},
-		{"wrong lock, higher", withTok(500, "payments"), codes.Aborted, guard.ReasonWrongLock, ""},
-		{"missing", bg, codes.InvalidArgument, guard.ReasonMissing, ""},
-		{"malformed", withRawToken(bg, "nine:items"), codes.InvalidArgument, guard.ReasonMalformed, ""},
-		{"revision zero", withRawToken(bg, "0:items"), codes.InvalidArgument, guard.ReasonMalformed, ""},
-		{"negative revision", withRawToken(bg, "-9:items"), codes.InvalidArgument, guard.ReasonMalformed, ""},
-		{"two tokens", withRawToken(bg, "9:items", "10:items"), codes.InvalidArgument, guard.ReasonMalformed, ""},
+		{"older", withTok(7, "items"), codes.Aborted, grpcguard.ReasonStale, "9"},
+		{"wrong lock, higher", withTok(500, "payments"), codes.Aborted, grpcguard.ReasonWrongLock, ""},
+		{"missing", bg, codes.InvalidArgument, grpcguard.ReasonMissing, ""},
+		{"malformed", withRawToken(bg, "nine:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
+		{"revision zero", withRawToken(bg, "0:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
+		{"negative revision", withRawToken(bg, "-9:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
+		{"two tokens", withRawToken(bg, "9:items", "10:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
 		{"raw equal", withRawToken(bg, "9:items"), codes.OK, "", ""},
 	}
 	var want []fence.Token
@@ -226,7 +231,7 @@ func TestGRPCRule(t *testing.T) {
 			continue
 		}
 		info := errorInfo(err)
-		if info == nil || info.Reason != st.reason || info.Domain != guard.ErrorDomain || info.Metadata["resource"] != "item/1" || info.Metadata["mark_revision"] != st.mark {
+		if info == nil || info.Reason != st.reason || info.Domain != grpcguard.ErrorDomain || info.Metadata["resource"] != "item/1" || info.Metadata["mark_revision"] != st.mark {
 			t.Errorf("%s: ErrorInfo %v, want reason %s, resource item/1, mark_revision %q", st.name, info, st.reason, st.mark)
 		}
 	}
@@ -254,18 +259,18 @@ func TestGRPCStream(t *testing.T) {
 		t.Fatalf("Append with token 30: %v", err)
 	}
 	err := appendStream(fence.NewContext(bg, tok("items", 29)), conn, 2)
-	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != guard.ReasonStale {
-		t.Errorf("Append with stale token 29: %v, want Aborted/%s", err, guard.ReasonStale)
+	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != grpcguard.ReasonStale {
+		t.Errorf("Append with stale token 29: %v, want Aborted/%s", err, grpcguard.ReasonStale)
 	}
 	err = appendStream(fence.NewContext(bg, tok("jobs", 31)), conn, 2)
-	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != guard.ReasonWrongLock {
-		t.Errorf("Append with wrong-lock token: %v, want Aborted/%s", err, guard.ReasonWrongLock)
+	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != grpcguard.ReasonWrongLock {
+		t.Errorf("Append with wrong-lock token: %v, want Aborted/%s", err, grpcguard.ReasonWrongLock)
 	}
-	if err := appendStream(bg, conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != guard.ReasonMissing {
-		t.Errorf("Append without token: %v, want InvalidArgument/%s", err, guard.ReasonMissing)
+	if err := appendStream(bg, conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != grpcguard.ReasonMissing {
+		t.Errorf("Append without token: %v, want InvalidArgument/%s", err, grpcguard.ReasonMissing)
 	}
-	if err := appendStream(withRawToken(bg, "x"), conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != guard.ReasonMalformed {
-		t.Errorf("Append with malformed token: %v, want InvalidArgument/%s", err, guard.ReasonMalformed)
+	if err := appendStream(withRawToken(bg, "x"), conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != grpcguard.ReasonMalformed {
+		t.Errorf("Append with malformed token: %v, want InvalidArgument/%s", err, grpcguard.ReasonMalformed)
 	}
 	if err := appendStream(fence.NewContext(bg, tok("items", 30)), conn, 1); err != nil {
 		t.Errorf("Append with equal token 30: %v", err)
@@ -294,5 +299,69 @@ func TestGRPCUnfenced(t *testing.T) {
 	defer impl.mu.Unlock()
 	if want := []fence.Token{{}, tok("items", 3)}; !slices.Equal(impl.peeked, want) {
 		t.Errorf("Peek saw %v, want %v", impl.peeked, want)
+	}
+}
+
+func tok(lock string, rev int64) fence.Token { return fence.Token{Lock: lock, Revision: rev} }
+
+func newGuard(t *testing.T, opts ...guard.Option) *guard.Guard {
+	t.Helper()
+	g, err := guard.New(guard.NewMemoryStore(), opts...)
+	if err != nil {
+		t.Fatalf("guard.New: %v", err)
+	}
+	return g
+}
+
+func TestInterceptorsValidate(t *testing.T) {
+	g := newGuard(t)
+	if _, err := grpcguard.UnaryServerInterceptor(g, nil); err == nil {
+		t.Error("UnaryServerInterceptor(g, nil): got nil error")
+	}
+	if _, err := grpcguard.StreamServerInterceptor(g, nil); err == nil {
+		t.Error("StreamServerInterceptor(g, nil): got nil error")
+	}
+	if _, err := grpcguard.UnaryServerInterceptor(nil, rpcRoute); err == nil {
+		t.Error("UnaryServerInterceptor(nil, route): got nil error")
+	}
+	if _, err := grpcguard.StreamServerInterceptor(nil, rpcRoute); err == nil {
+		t.Error("StreamServerInterceptor(nil, route): got nil error")
+	}
+}
+
+// TestGRPCUnverified: with a verifier on a real etcd, a token newer than
+// the mark that is not the holder's is PermissionDenied with reason
+// UNVERIFIED_FENCING_TOKEN, the handler does not run, and the holder's
+// calls pass.
+func TestGRPCUnverified(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	locks, err := lease.New(etcdtest.Client(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	holder, err := locks.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, guard.WithVerifier(locks.Verifier()))
+	svc, conn := startRPC(t, g)
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	forged := tok("items", holder.Fence().Revision+1000)
+	err = put(fence.NewContext(ctx, forged), conn, "item/1")
+	info := errorInfo(err)
+	if status.Code(err) != grpcguard.CodeUnverified || info.GetReason() != grpcguard.ReasonUnverified ||
+		info.GetMetadata()["mark_revision"] != strconv.FormatInt(holder.Fence().Revision, 10) {
+		t.Errorf("forged token: %v (%v), want PermissionDenied/%s", err, info, grpcguard.ReasonUnverified)
+	}
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Errorf("holder after the forgery: %v", err)
+	}
+	if got := svc.appliedTo("item/1"); !slices.Equal(got, []fence.Token{holder.Fence(), holder.Fence()}) {
+		t.Errorf("applied %v, want the holder's two calls", got)
 	}
 }

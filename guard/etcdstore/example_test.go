@@ -1,0 +1,69 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/guard/etcdstore"
+	"github.com/fencekit/fencekit/internal/embedetcd"
+)
+
+func ExampleNew() {
+	// An embedded etcd stands in for the cluster the replicas share.
+	dir, err := os.MkdirTemp("", "fencekit-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cluster, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.Client()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+
+	// Two replicas of one service, each with its own Guard, share marks.
+	replica := func() *guard.Guard {
+		store, err := etcdstore.New(cli, "/service/marks/")
+		if err != nil {
+			log.Fatal(err)
+		}
+		g, err := guard.New(store)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return g
+	}
+	a, b := replica(), replica()
+	tgt := guard.Target{Resource: "report", Lock: "reports"}
+	write := func(g *guard.Guard, rev int64) {
+		err := g.Do(ctx, tgt, fence.Token{Lock: "reports", Revision: rev}, func(context.Context) error { return nil })
+		switch {
+		case err == nil:
+			fmt.Println(rev, "written")
+		case errors.Is(err, fence.ErrStale):
+			fmt.Println(rev, "refused: stale")
+		default:
+			log.Fatal(err)
+		}
+	}
+	write(a, 10)
+	write(b, 12)
+	write(a, 10)
+	// Output:
+	// 10 written
+	// 12 written
+	// 10 refused: stale
+}

@@ -1,0 +1,26 @@
+// Package grpcguard provides the gRPC transport of package guard: server
+// interceptors that fence calls with a guard.Guard, and client
+// interceptors that send the fencing token of a call's context as one
+// metadata key, [MetadataKey] ("fencing-token").
+//
+// It is a package of its own so that programs using only guard's HTTP
+// middleware do not link gRPC.
+//
+// # Answers
+//
+// The server interceptors apply guard's rule (see package guard) and
+// refuse with status errors carrying a google.rpc.ErrorInfo detail whose
+// Domain is [ErrorDomain]: a stale or wrong-lock token is
+// codes.Aborted ([CodeRejected]); a token a verifier did not confirm
+// (guard.WithVerifier) is codes.PermissionDenied ([CodeUnverified]); a
+// missing or malformed token codes.InvalidArgument; a store or verifier
+// failure codes.Unavailable, safe to retry. The handler runs only for an
+// accepted token, with the token in its context (fence.FromContext).
+//
+// # What it does not do
+//
+// It checks the token once per call, when a stream starts; a long stream
+// holds its resource until the handler returns. It does not authenticate
+// the caller: without a verifier any client able to send metadata can
+// raise a mark.
+package grpcguard

@@ -1,0 +1,238 @@
+package grpcguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// MetadataKey is the gRPC metadata key that carries a fencing token, with
+// the same value as guard.Header: the token's text form, for example
+// "42:orders". A call carries at most one.
+const MetadataKey = "fencing-token"
+
+// The gRPC codes the interceptors answer with. Stale and wrong-lock tokens
+// both get CodeRejected, codes.Aborted: its official description names
+// "a sequencer check failure", and it tells the client to retry at a
+// higher level, that is, to acquire the lock again, not to resend.
+const (
+	// CodeRejected answers a stale or wrong-lock token.
+	CodeRejected = codes.Aborted
+	// CodeMissing answers a fenced call without a token.
+	CodeMissing = codes.InvalidArgument
+	// CodeMalformed answers a token that is not valid.
+	CodeMalformed = codes.InvalidArgument
+	// CodeUnverified answers a newer token that the Guard's verifier
+	// (guard.WithVerifier) did not confirm.
+	CodeUnverified = codes.PermissionDenied
+)
+
+// The reasons in the google.rpc.ErrorInfo detail of the interceptors'
+// refusals, whose Domain is ErrorDomain. Its metadata holds "resource",
+// "lock", and when known "token" (text form), "token_revision" and
+// "mark_revision".
+const (
+	// ErrorDomain is the Domain of the ErrorInfo details.
+	// Its value predates this package and is kept so that clients
+	// matching it keep working.
+	ErrorDomain = "github.com/fencekit/fencekit/guard"
+	// ReasonStale: the token is older than the resource's mark
+	// (codes.Aborted).
+	ReasonStale = "STALE_FENCING_TOKEN"
+	// ReasonWrongLock: the token is for another lock than the resource's
+	// (codes.Aborted).
+	ReasonWrongLock = "WRONG_LOCK_FENCING_TOKEN"
+	// ReasonMissing: a fenced call carried no MetadataKey
+	// (codes.InvalidArgument).
+	ReasonMissing = "MISSING_FENCING_TOKEN"
+	// ReasonMalformed: the MetadataKey is not one valid token
+	// (codes.InvalidArgument).
+	ReasonMalformed = "MALFORMED_FENCING_TOKEN"
+	// ReasonUnverified: the token is newer than the resource's mark and
+	// the verifier did not confirm it (codes.PermissionDenied).
+	ReasonUnverified = "UNVERIFIED_FENCING_TOKEN"
+)
+
+// RouteFunc maps a gRPC call to the Target it writes. req is the
+// request message of a unary call and nil for a stream. It returns false
+// for a call that is not fenced, which runs unchecked.
+type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Target, bool)
+
+// UnaryServerInterceptor returns a gRPC server interceptor that fences
+// with g the calls route maps to a Target, with the rule of
+// guard.Guard.Middleware: it reads the token from MetadataKey and runs the
+// handler through g (guard.Guard.Serve), with the token in its context.
+// Refusals are status errors carrying an ErrorInfo detail: stale or wrong
+// lock gives CodeRejected (codes.Aborted), an unverified token
+// CodeUnverified (codes.PermissionDenied), a missing or malformed token
+// codes.InvalidArgument, a store or verifier failure codes.Unavailable.
+// Calls route declines run unchecked, with a valid token, if sent, in
+// their context.
+func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.UnaryServerInterceptor, error) {
+	if g == nil {
+		return nil, errors.New("grpcguard: nil guard")
+	}
+	if route == nil {
+		return nil, errors.New("grpcguard: nil route func")
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		tgt, ok := route(ctx, info.FullMethod, req)
+		var resp any
+		err := serveRPC(ctx, g, tgt, ok, func(ctx context.Context) error {
+			var herr error
+			resp, herr = handler(ctx, req)
+			return herr
+		})
+		return resp, err
+	}, nil
+}
+
+// StreamServerInterceptor is the streaming form of UnaryServerInterceptor.
+// The token is checked once, when the stream starts, and the resource is
+// held until the handler returns: a long stream keeps other writers of
+// the resource waiting.
+func StreamServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.StreamServerInterceptor, error) {
+	if g == nil {
+		return nil, errors.New("grpcguard: nil guard")
+	}
+	if route == nil {
+		return nil, errors.New("grpcguard: nil route func")
+	}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		tgt, ok := route(ss.Context(), info.FullMethod, nil)
+		return serveRPC(ss.Context(), g, tgt, ok, func(ctx context.Context) error {
+			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+		})
+	}, nil
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func serveRPC(ctx context.Context, g *guard.Guard, tgt guard.Target, fenced bool, handle func(context.Context) error) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	t, err := TokenFromMetadata(md)
+	if !fenced {
+		if err == nil {
+			ctx = fence.NewContext(ctx, t)
+		}
+		return handle(ctx)
+	}
+	ran, err := g.Serve(ctx, tgt, t, err, handle)
+	if ran {
+		return err
+	}
+	return rpcStatus(tgt, t, err)
+}
+
+// rpcStatus turns a refusal of t for tgt into a status error.
+func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
+	info := &errdetails.ErrorInfo{Domain: ErrorDomain, Metadata: map[string]string{
+		"resource": tgt.Resource,
+		"lock":     tgt.Lock,
+	}}
+	if !t.IsZero() {
+		info.Metadata["token"] = t.String()
+		info.Metadata["token_revision"] = strconv.FormatInt(t.Revision, 10)
+	}
+	var code codes.Code
+	var rej *guard.RejectedError
+	var unv *guard.UnverifiedError
+	switch {
+	case errors.As(err, &unv):
+		code, info.Reason = CodeUnverified, ReasonUnverified
+		if !unv.Mark.IsZero() {
+			info.Metadata["mark_revision"] = strconv.FormatInt(unv.Mark.Revision, 10)
+		}
+	case errors.As(err, &rej):
+		code = CodeRejected
+		info.Reason = ReasonStale
+		if errors.Is(err, fence.ErrWrongLock) {
+			info.Reason = ReasonWrongLock
+		}
+		if !rej.Mark.IsZero() {
+			info.Metadata["mark_revision"] = strconv.FormatInt(rej.Mark.Revision, 10)
+		}
+	case errors.Is(err, guard.ErrMissing):
+		code, info.Reason = CodeMissing, ReasonMissing
+		err = fmt.Errorf("%w: send it as gRPC metadata %q", err, MetadataKey)
+	case errors.Is(err, guard.ErrMalformed):
+		code, info.Reason = CodeMalformed, ReasonMalformed
+	case errors.Is(err, guard.ErrInvalidTarget):
+		return status.Error(codes.Internal, "guard: invalid target")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	default:
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	st, derr := status.New(code, err.Error()).WithDetails(info)
+	if derr != nil {
+		return status.Error(code, err.Error())
+	}
+	return st.Err()
+}
+
+// TokenFromMetadata returns the token carried by md under MetadataKey. It
+// returns an error matching guard.ErrMissing when md has none, and one
+// matching guard.ErrMalformed when it has more than one or its value is
+// not a valid token.
+func TokenFromMetadata(md metadata.MD) (fence.Token, error) {
+	return guard.TokenFromValues(md.Get(MetadataKey))
+}
+
+// UnaryClientInterceptor returns a gRPC client interceptor that sends the
+// fencing token found in each call's context (fence.FromContext) as
+// MetadataKey, replacing any value already there. Calls without a token
+// are sent unchanged; a call whose context carries an invalid token fails
+// with an error matching fence.ErrInvalid and is not sent.
+func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, err := outgoing(ctx)
+		if err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// StreamClientInterceptor is the streaming form of UnaryClientInterceptor.
+func StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		ctx, err := outgoing(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
+
+func outgoing(ctx context.Context) (context.Context, error) {
+	tok, ok := fence.FromContext(ctx)
+	if !ok {
+		return ctx, nil
+	}
+	if err := tok.Validate(); err != nil {
+		return ctx, fmt.Errorf("grpcguard: token in call context: %w", err)
+	}
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if ok {
+		md = md.Copy()
+	} else {
+		md = metadata.MD{}
+	}
+	md.Set(MetadataKey, tok.String())
+	return metadata.NewOutgoingContext(ctx, md), nil
+}

@@ -1,0 +1,172 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
+)
+
+// Verifier confirms that a fencing token was issued by the lock service to
+// its lock's current holder. lease.Verifier implements it for the records
+// of package lease.
+//
+// Verify returns nil for a genuine token; an error matching
+// fence.ErrUnverified for a token the service does not confirm (never
+// issued, a waiter's, superseded, another cluster's); and any other error
+// when it cannot tell (service unreachable, ctx ended). It must be safe
+// for concurrent use.
+type Verifier interface {
+	Verify(ctx context.Context, t fence.Token) error
+}
+
+// WithVerifier makes the Guard verify with v every token that would raise
+// a resource's mark, before the mark moves: only the lock's current holder
+// at the time of the check can then raise a mark. A token equal to the
+// mark, stale, or for another lock is decided without calling v, so the
+// holder's repeated writes cost no verification; each acquisition costs
+// one Verify per resource, on its first write.
+//
+// A token v does not confirm is refused with an error matching
+// ErrUnverified (outcome unverified; HTTP 403, gRPC PermissionDenied) and
+// the mark does not move. When v cannot tell, the outcome is failed (HTTP
+// 503, gRPC Unavailable): a Guard with a verifier never admits a newer
+// token it could not verify.
+func WithVerifier(v Verifier) Option {
+	return optionFunc(func(c *config) error {
+		if v == nil {
+			return errors.New("guard: nil verifier")
+		}
+		c.verifier = v
+		return nil
+	})
+}
+
+// VerifyingStore is implemented by stores that can verify a token and
+// raise the mark to it in one atomic step (etcdstore.Store, with a
+// lease.Verifier of the same etcd cluster). A Guard with a verifier uses
+// it instead of Mark, Verify and Advance.
+type VerifyingStore interface {
+	Store
+	// AdvanceVerified is Advance, except that a token that would raise
+	// the mark is first verified with v, and the mark is raised only if
+	// the token is still verified when it is raised. It returns v's
+	// error, matching fence.ErrUnverified, for a token v does not
+	// confirm, and the mark is then unchanged. A token equal to the mark,
+	// stale or for another lock is decided without v.
+	AdvanceVerified(ctx context.Context, resource string, t fence.Token, v Verifier) (fence.Token, error)
+}
+
+// UnverifiedError is the error for a token newer than a resource's mark
+// that the Guard's Verifier did not confirm. It matches ErrUnverified and,
+// through Err, fence.ErrUnverified.
+type UnverifiedError struct {
+	// Resource is the resource that refused the token.
+	Resource string
+	// Token is the token that was refused.
+	Token fence.Token
+	// Mark is the resource's mark, unchanged; zero when it had none.
+	Mark fence.Token
+	// Err is the Verifier's answer.
+	Err error
+}
+
+func (e *UnverifiedError) Error() string {
+	return fmt.Sprintf("guard: resource %q refused token %s: not verified: %v", e.Resource, e.Token, e.Err)
+}
+
+// Is reports whether target is ErrUnverified.
+func (e *UnverifiedError) Is(target error) bool { return target == ErrUnverified }
+
+// Unwrap returns e.Err.
+func (e *UnverifiedError) Unwrap() error { return e.Err }
+
+// Resetter is implemented by stores whose marks an operator can set back
+// (MemoryStore, etcdstore.Store); see Guard.ResetMark.
+type Resetter interface {
+	// ResetMark sets the resource's mark to next if it is exactly old
+	// (the zero Token: no mark), as one atomic step with respect to
+	// Advance. Otherwise it returns a *MarkChangedError and changes
+	// nothing.
+	ResetMark(ctx context.Context, resource string, old, next fence.Token) error
+}
+
+// MarkChangedError is the error of a reset whose expected old mark is not
+// the resource's mark. It matches ErrMarkChanged.
+type MarkChangedError struct {
+	// Resource is the resource whose mark was to be reset.
+	Resource string
+	// Want is the old mark the caller expected.
+	Want fence.Token
+	// Mark is the resource's mark, unchanged.
+	Mark fence.Token
+}
+
+func (e *MarkChangedError) Error() string {
+	return fmt.Sprintf("guard: mark of %q is %s, not %s: not reset", e.Resource, e.Mark, e.Want)
+}
+
+// Is reports whether target is ErrMarkChanged.
+func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChanged }
+
+// ValidateReset checks the arguments of a reset for Resetter
+// implementations: next must be a valid token, and for the same lock as a
+// non-zero old. It returns an error matching ErrMalformed or
+// fence.ErrWrongLock otherwise.
+func ValidateReset(resource string, old, next fence.Token) error {
+	if resource == "" {
+		return fmt.Errorf("%w: empty resource name", ErrInvalidTarget)
+	}
+	if err := next.Validate(); err != nil {
+		return fmt.Errorf("%w: new mark: %w", ErrMalformed, err)
+	}
+	if !old.IsZero() {
+		if err := old.Validate(); err != nil {
+			return fmt.Errorf("%w: old mark: %w", ErrMalformed, err)
+		}
+		if old.Lock != next.Lock {
+			return fmt.Errorf("guard: reset mark of %q: %w", resource, &fence.WrongLockError{Token: next, Want: old.Lock})
+		}
+	}
+	return nil
+}
+
+// ResetMark sets the resource's mark back from old to next: the recovery
+// from a poisoned mark, a token that no acquisition made (sent before a
+// verifier was configured, or from a cluster restored without
+// --bump-revision) which refuses every real holder as stale. It is an
+// operator's action, never part of normal operation: it can let a
+// superseded holder write again, so pick next as the current holder's
+// token (or lower) and stop the writers of the old mark first.
+//
+// old must be exactly the resource's mark (read it with Mark); otherwise
+// ResetMark returns a *MarkChangedError (ErrMarkChanged) and changes
+// nothing, so a reset cannot undo an advance it did not see. next must be
+// valid and for old's lock. The reset waits for the resource's in-flight
+// write through this Guard, and is logged at Warn with both marks
+// ("mark_old", "mark"). The store must implement Resetter; MemoryStore
+// and etcdstore.Store do.
+func (g *Guard) ResetMark(ctx context.Context, resource string, old, next fence.Token) error {
+	r, ok := g.store.(Resetter)
+	if !ok {
+		return fmt.Errorf("guard: store %T cannot reset marks", g.store)
+	}
+	if err := ValidateReset(resource, old, next); err != nil {
+		return err
+	}
+	unlock, err := g.lock(ctx, resource)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := r.ResetMark(ctx, resource, old, next); err != nil {
+		return err
+	}
+	g.log.LogAttrs(ctx, slog.LevelWarn, "guard: mark reset by operator",
+		slog.String("resource", resource), logattr.Lock(next.Lock),
+		slog.Int64("mark_old", old.Revision), slog.Int64("mark", next.Revision))
+	return nil
+}

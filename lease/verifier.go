@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fencekit/fencekit/fence"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Verifier checks fencing tokens against the lock records that Clients
+// keep in etcd, for resources that receive tokens from outside their
+// process: a token is genuine when, at the time of the check, its lock's
+// current holder (the record at the head of the lock's queue, the one
+// with the lowest creation revision) was created at exactly the token's
+// revision. A token that some acquisition was issued but whose lease has
+// since ended is not genuine any more, nor is a waiter's revision, another
+// lock's, one from another etcd cluster, or one no acquisition made.
+//
+// A Verifier satisfies guard.Verifier and sqlguard.Verifier. Each Verify
+// is one linearizable etcd range read of the lock's queue; guard and
+// sqlguard call it only for tokens that would raise a mark. The answer
+// holds at the moment of the read: the holder may lose the lock right
+// after, so a verified token is one that was current, not one that still
+// is (the resource's mark then refuses the superseded holder once its
+// successor has written).
+//
+// A Verifier does not own its etcd client. It is safe for concurrent use.
+type Verifier struct {
+	etcd   *clientv3.Client
+	prefix string
+}
+
+// UnverifiedError is the error of Verify for a token it does not confirm.
+// It matches fence.ErrUnverified, and also the cause in Err when there is
+// one (fence.ErrInvalid for a revision <= 0, ErrInvalidName for a lock
+// name no Client accepts).
+type UnverifiedError struct {
+	// Token is the token that was checked.
+	Token fence.Token
+	// Reason says why, without naming the current holder's revision.
+	Reason string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+func (e *UnverifiedError) Error() string {
+	return fmt.Sprintf("lease: token %s not verified: %s", e.Token, e.Reason)
+}
+
+// Is reports whether target is fence.ErrUnverified.
+func (e *UnverifiedError) Is(target error) bool { return target == fence.ErrUnverified }
+
+// Unwrap returns Err.
+func (e *UnverifiedError) Unwrap() error { return e.Err }
+
+// NewVerifier returns a Verifier of the records that Clients keep under
+// prefix through cli: the prefix given to WithPrefix, or DefaultPrefix. A
+// "/" is appended when missing, as WithPrefix does.
+func NewVerifier(cli *clientv3.Client, prefix string) (*Verifier, error) {
+	if cli == nil {
+		return nil, errors.New("lease: nil etcd client")
+	}
+	if prefix == "" || prefix == "/" {
+		return nil, errors.New("lease: empty key prefix")
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &Verifier{etcd: cli, prefix: prefix}, nil
+}
+
+// Verifier returns a Verifier of the records of c's prefix, through c's
+// etcd client. It stays usable after c is closed, as long as the etcd
+// client is open.
+func (c *Client) Verifier() *Verifier {
+	return &Verifier{etcd: c.etcd, prefix: c.cfg.prefix}
+}
+
+// Verify returns nil when t is the fencing token of its lock's current
+// holder, an *UnverifiedError (matching fence.ErrUnverified) when it is
+// not, and another error, matching neither, when it cannot tell: etcd
+// unreachable, permission denied, or ctx ended (ctx.Err() stays
+// matchable). Invalid tokens are refused without a request.
+func (v *Verifier) Verify(ctx context.Context, t fence.Token) error {
+	_, _, err := v.check(ctx, t)
+	return err
+}
+
+// Condition verifies t as Verify does and, when it is genuine, also
+// returns a comparison that holds in a Txn of the same etcd cluster as
+// long as t's holder still holds the lock (its record, created at t's
+// revision, still exists: no record can join the queue ahead of it), and
+// the ID of that cluster. A store of marks in the same cluster (package
+// guard/etcdstore) puts it in the Txn that raises a mark, so that the
+// check and the advance are one atomic step.
+func (v *Verifier) Condition(ctx context.Context, t fence.Token) (cmp clientv3.Cmp, clusterID uint64, err error) {
+	key, clusterID, err := v.check(ctx, t)
+	if err != nil {
+		return clientv3.Cmp{}, 0, err
+	}
+	return clientv3.Compare(clientv3.CreateRevision(key), "=", t.Revision), clusterID, nil
+}
+
+// check is Verify, returning the holder's record key and the cluster ID
+// for a genuine token.
+func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, clusterID uint64, err error) {
+	if err := t.Validate(); err != nil {
+		return "", 0, &UnverifiedError{Token: t, Reason: "invalid token", Err: err}
+	}
+	if err := ValidateName(t.Lock); err != nil {
+		return "", 0, &UnverifiedError{Token: t, Reason: "no lock has this name", Err: err}
+	}
+	dir := v.prefix + t.Lock + "/"
+	resp, err := v.etcd.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithLimit(1),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			err = errors.Join(cerr, err)
+		}
+		return "", 0, fmt.Errorf("lease: verify token: read queue: %w", err)
+	}
+	if t.Revision > resp.Header.Revision {
+		return "", 0, &UnverifiedError{Token: t, Reason: "revision beyond the cluster's current revision"}
+	}
+	if len(resp.Kvs) == 0 {
+		return "", 0, &UnverifiedError{Token: t, Reason: "the lock has no holder"}
+	}
+	head := resp.Kvs[0]
+	if head.CreateRevision != t.Revision {
+		return "", 0, &UnverifiedError{Token: t, Reason: "not the revision of the lock's current holder"}
+	}
+	if _, _, ok := decodeValue(head.Value); !ok || dirOf(string(head.Key)) != dir {
+		return "", 0, &UnverifiedError{Token: t, Reason: "the record at that revision is not a lock record"}
+	}
+	return string(head.Key), resp.Header.ClusterId, nil
+}
