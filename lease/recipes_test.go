@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
@@ -333,3 +334,31 @@ func dedupe(s []string) []string {
 	}
 	return out
 }
+
+// A permit's revision is no fencing token: the Verifier refuses it, and
+// accepts the write lock's.
+func TestVerifierRefusesPermits(t *testing.T) {
+	cl := etcdtest.Start(t)
+	c := newClient(t, etcdtest.Client(t, cl))
+	ctx := ctxT(t, 20*time.Second)
+	v := c.Verifier()
+	sem, err := c.Semaphore("vs", 2)
+	require.NoError(t, err)
+	p, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	require.Error(t, v.Verify(ctx, fenceToken("vs", p.Revision())))
+	require.NoError(t, p.Release(ctx))
+
+	rw, err := c.RWMutex("vrw")
+	require.NoError(t, err)
+	r, err := rw.RLock(ctx)
+	require.NoError(t, err)
+	require.Error(t, v.Verify(ctx, fenceToken("vrw", r.Revision())))
+	require.NoError(t, r.Release(ctx))
+	w, err := rw.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, v.Verify(ctx, w.Fence()))
+	require.NoError(t, w.Release(ctx))
+}
+
+func fenceToken(name string, rev int64) fence.Token { return fence.Token{Lock: name, Revision: rev} }

@@ -135,5 +135,10 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 	if _, _, ok := decodeValue(head.Value); !ok || dirOf(string(head.Key)) != dir {
 		return "", 0, &UnverifiedError{Token: t, Reason: "the record at that revision is not a lock record"}
 	}
+	if k, _ := kindOf(string(head.Key)); k != exclusive {
+		// A semaphore permit or a read lock: held alongside others, so its
+		// revision is no fencing token.
+		return "", 0, &UnverifiedError{Token: t, Reason: "the record at that revision is a " + k.String() + ", which has no fencing token"}
+	}
 	return string(head.Key), resp.Header.ClusterId, nil
 }
