@@ -30,6 +30,33 @@
 // revision of the record is the fencing token (package fence): every later
 // acquisition's record is created at a higher revision.
 //
+// # Semaphores, read/write locks and elections
+//
+// The same records, sessions, watches and owner-checked calls serve three
+// more shapes of lock, each admitted by its own rule over the one FIFO
+// queue of a name:
+//
+//   - Client.Semaphore(name, n): at most n Permits at once; a waiter is
+//     admitted once fewer than n records are ahead of it. Permits have no
+//     fencing token: several are held at once, so "newest wins" would
+//     refuse an older, valid holder. Give each holder its own part of the
+//     resource, or make its writes idempotent.
+//   - Client.RWMutex(name): any number of read locks (Permits) or one write
+//     lock (a fenced Lease). A reader waits for every writer ahead of it,
+//     so readers cannot starve a writer; a writer waits for everything
+//     ahead. A read lock's Permit.Revision lets a resource refuse a read
+//     that a newer writer overtook (its write token is higher).
+//   - Client.Election(name): candidates Campaign (or Run) with a public
+//     value; the head of the queue leads, for a Term that is a fenced
+//     Lease. Leader tells who leads now, Observe every change; Proclaim
+//     changes the published value and Resign ends the term.
+//
+// A record's key names its kind (and a semaphore's size): participants
+// must agree, and one that finds another kind or size ahead of it fails
+// with ErrMismatch. A write lock, an election candidate and a plain Lease of
+// the same name are the same kind and queue together. Loss, lost replies,
+// cancellation and clean-up behave as for Leases.
+//
 // # What a Client costs etcd
 //
 // A Client watches only the lock directories (<prefix><name>/) it holds,

@@ -149,15 +149,6 @@ func (c *Client) freeSlot(s *session, key string) {
 	c.mu.Unlock()
 }
 
-// taint marks s so that no new acquisition uses it, and retires it once
-// idle (see session.tainted).
-func (c *Client) taint(s *session) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s.tainted = true
-	c.retireIfIdleLocked(s)
-}
-
 // retireIfIdleLocked ends and revokes s, in the background, if it is
 // tainted and nothing held or waiting uses it. c.mu is held.
 func (c *Client) retireIfIdleLocked(s *session) {
