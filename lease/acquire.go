@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"time"
 
+	"strings"
+
 	"github.com/fencekit/fencekit/internal/logattr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 )
 
@@ -59,6 +62,18 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	if err := ValidateName(req.name); err != nil {
 		return nil, err
 	}
+	ctx, span := c.tracer.Start(ctx, "fencekit.lease."+strings.ReplaceAll(req.op, " ", "_"), trace.WithAttributes(
+		attrLock.String(logattr.Hash(req.name)), attrKind.String(req.kind.String())))
+	l, err := c.acquireTraced(ctx, req)
+	if l != nil {
+		span.SetAttributes(attrOwner.String(l.owner.Digest()), attrFence.Int64(l.rev),
+			attrPosition.Int(l.position), attrWaited.Int64(l.acquired.Sub(l.queued).Milliseconds()))
+	}
+	endSpan(span, err)
+	return l, err
+}
+
+func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquireOnce(ctx, req)
 	for range 3 {
@@ -106,7 +121,7 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	key := c.claimSlot(s, dir, req.kind.suffix())
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
-		wakec: make(chan struct{}, 1), failc: make(chan struct{})}
+		wakec: make(chan struct{}, 1), failc: make(chan struct{}), queued: time.Now()}
 	if err := c.addWaiter(w); err != nil {
 		return nil, err
 	}
@@ -301,6 +316,7 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 	if err != nil {
 		return nil, err
 	}
+	w.position = len(blockers)
 	if w.setBlockers(blockers, need) {
 		return c.promote(w, myRev, req)
 	}
@@ -375,8 +391,8 @@ func (c *Client) retryable(ctx context.Context, w *waiter, err error) error {
 func (s *session) cause(c *Client) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s.err == ErrClosed {
-		return ErrClosed
+	if errors.Is(s.err, ErrClosed) {
+		return s.err
 	}
 	return fmt.Errorf("session ended while waiting: %w", s.err)
 }
@@ -392,8 +408,8 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		return nil, err
 	}
 	if w.sess.err != nil {
-		if w.sess.err == ErrClosed {
-			return nil, ErrClosed
+		if errors.Is(w.sess.err, ErrClosed) {
+			return nil, w.sess.err
 		}
 		return nil, fmt.Errorf("session ended while acquiring: %w", w.sess.err)
 	}
@@ -411,6 +427,8 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		count:     1,
 		payload:   req.payload,
 		written:   encodeValue(w.tok.Value(), 1, req.payload),
+		position:  w.position,
+		queued:    w.queued,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.held[w.key] = l

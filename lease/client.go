@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxNameLen is the longest lock name, in bytes.
@@ -30,6 +31,7 @@ type Client struct {
 	src    *owner.Source
 	log    *slog.Logger
 	met    *metrics
+	tracer trace.Tracer
 	ctx    context.Context // the Client's lifetime; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -91,6 +93,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
 		met:      met,
+		tracer:   newTracer(cfg.tracer),
 		etcd:     cli,
 		cfg:      cfg,
 		src:      src,
@@ -132,17 +135,29 @@ func ValidateName(name string) error {
 // which deletes every record it holds, bounded by the TTL.
 // Leases end with ErrClosed; waiting Acquire calls return ErrClosed. Close
 // waits for the Client's goroutines to exit. Later calls return nil.
+//
+// Close the Client before its etcd client: after the etcd client, Close
+// cannot revoke anything and returns ErrEtcdClosed (the records stay until
+// their sessions expire).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
-	var live []*session
-	for s := range c.sessions {
-		live = append(live, s)
+	if c.etcd.Ctx().Err() != nil {
+		c.closed = true
+		live := c.liveSessionsLocked()
+		c.mu.Unlock()
+		for _, s := range live {
+			c.endSession(s, ErrEtcdClosed)
+		}
+		c.cancel()
+		c.wg.Wait()
+		return fmt.Errorf("lease: close: %w", ErrEtcdClosed)
 	}
+	c.closed = true
+	live := c.liveSessionsLocked()
 	c.mu.Unlock()
 	var errs []error
 	for _, s := range live {
@@ -153,4 +168,38 @@ func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	return errors.Join(errs...)
+}
+
+func (c *Client) liveSessionsLocked() []*session {
+	live := make([]*session, 0, len(c.sessions))
+	for s := range c.sessions {
+		live = append(live, s)
+	}
+	return live
+}
+
+// Healthy returns nil while the Client can keep its leases: it is open, its
+// etcd client is open, and no session of it has gone half its TTL without
+// a confirmed renewal (each is renewed every third of the TTL; one whose
+// renewals stay unconfirmed ends at its validity deadline). Use it as a
+// readiness or liveness probe next to the work the leases protect (like
+// client-go's leader-election health check).
+func (c *Client) Healthy() error {
+	if c.etcd.Ctx().Err() != nil {
+		return ErrEtcdClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	for s := range c.sessions {
+		// validUntil is the last confirmed renewal's send time plus the
+		// TTL less the margin.
+		since := time.Since(s.validUntil.Add(-(s.ttl - s.margin)))
+		if since > s.ttl/2 {
+			return fmt.Errorf("lease: unhealthy: no renewal confirmed for %v (the TTL is %v)", since.Round(time.Millisecond), s.ttl)
+		}
+	}
+	return nil
 }

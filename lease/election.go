@@ -287,7 +287,9 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := validValue(value); err != nil {
 		return err
 	}
-	return t.l.change(ctx, opProclaim, encodePayload(t.since, value))
+	return t.l.traced(ctx, opProclaim, func(ctx context.Context) error {
+		return t.l.change(ctx, opProclaim, encodePayload(t.since, value))
+	})
 }
 
 // Resign ends the term: the next candidate leads. Results are as for

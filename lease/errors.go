@@ -38,6 +38,11 @@ var (
 	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrMismatch or
 	// ErrHeld.
 	ErrRetryable = errors.New("lease: retryable")
+	// ErrEtcdClosed reports that the etcd client was closed before the
+	// Client: its sessions could be neither renewed nor revoked, so its
+	// records stay until their sessions expire. It matches ErrClosed.
+	// Close the lease.Client first, then its etcd client.
+	ErrEtcdClosed = fmt.Errorf("%w: the etcd client was closed before the lease.Client", ErrClosed)
 	// ErrMismatch reports that one lock name is used as different kinds of
 	// lock (a Lease or write lock, a semaphore, an election) or as
 	// semaphores of different sizes: every participant must agree. The

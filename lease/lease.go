@@ -32,7 +32,9 @@ type Lease struct {
 	rev      int64
 	sess     *session
 	acquired time.Time
-	written  string // the value the acquisition wrote
+	written  string    // the value the acquisition wrote
+	position int       // records that blocked it when it queued
+	queued   time.Time // when the acquisition started
 	// uncertain: a request that wrote this acquisition's record got no
 	// reply, so a copy of the write may still apply after the record is
 	// deleted (see orphan.uncertain).

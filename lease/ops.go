@@ -99,7 +99,7 @@ const maxAttempts = 3
 // record went meanwhile, the retry returns nil and Err is ErrReleased.
 // Releasing a lease that was already released returns an error, never nil.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.change(ctx, opRelease, "")
+	return l.traced(ctx, opRelease, func(ctx context.Context) error { return l.change(ctx, opRelease, "") })
 }
 
 // Reenter adds one hold to the lease, atomically in etcd: one transaction
@@ -109,7 +109,7 @@ func (l *Lease) Release(ctx context.Context) error {
 // call Reenter again; it will not add two holds. A Release called instead
 // first finds out whether the Reenter applied (Holds reports it).
 func (l *Lease) Reenter(ctx context.Context) error {
-	return l.change(ctx, opReenter, "")
+	return l.traced(ctx, opReenter, func(ctx context.Context) error { return l.change(ctx, opReenter, "") })
 }
 
 // change runs a Release, Reenter or Proclaim (op, storing payload).
@@ -241,9 +241,10 @@ func (l *Lease) settleReleasing() (sawDelete bool) {
 // locally (Done is closed) Renew returns Err() even if the record is still
 // there, because the Client gives such records up.
 func (l *Lease) Renew(ctx context.Context) error {
-	if l == nil {
-		return errNilLease
-	}
+	return l.traced(ctx, opRenew, l.renew)
+}
+
+func (l *Lease) renew(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()

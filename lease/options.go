@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/owner"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultTTL is the session TTL used when WithTTL is not given.
@@ -33,6 +34,23 @@ type config struct {
 	logger     *slog.Logger
 	instance   string
 	registerer prometheus.Registerer
+	tracer     trace.TracerProvider
+}
+
+// WithTracerProvider makes the Client record an OpenTelemetry span for
+// each acquisition (with its wait and queue position), Renew, Reenter,
+// Release and Proclaim, through tp. Spans carry what the logs carry — a
+// hash of the lock name, the owner digest, the fencing revision, the
+// outcome — and never an owner token. Without it the Client records
+// nothing; it never uses the global provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) error {
+		if tp == nil {
+			return errors.New("lease: nil TracerProvider")
+		}
+		c.tracer = tp
+		return nil
+	})
 }
 
 // WithPrefix sets the etcd key prefix under which the Client keeps its lock

@@ -68,7 +68,8 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 		_, _ = c.etcd.Revoke(rctx, resp.ID)
 		cancel()
-		return nil, fmt.Errorf("%w: asked for %v, etcd granted %v (its minimum is 1.5 election timeouts)", ErrTTLTooShort, c.cfg.ttl, ttl)
+		return nil, fmt.Errorf("%w: asked for %v, etcd granted %v, its minimum (1.5 election timeouts): "+
+			"use lease.WithTTL(%v) or more, or run etcd with a shorter --election-timeout", ErrTTLTooShort, c.cfg.ttl, ttl, ttl)
 	}
 	margin := min(c.cfg.margin, ttl/2)
 	s := &session{
@@ -211,6 +212,12 @@ func (c *Client) keepAlive(s *session) {
 			// every key attached to it; the session is as good as gone.
 			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, rpcError(err)))
 			return
+		case err != nil && c.etcd.Ctx().Err() != nil:
+			// The etcd client was closed under the Client: nothing can be
+			// renewed or revoked any more.
+			c.log.Error("lease session ended: the etcd client was closed before the lease.Client; close the lease.Client first")
+			c.endSession(s, ErrEtcdClosed)
+			return
 		case err != nil:
 			if c.ctx.Err() != nil {
 				return
@@ -310,13 +317,13 @@ func (c *Client) endSession(s *session, cause error) bool {
 		l.end(ErrReleased)
 	}
 	for _, l := range lost {
-		if cause == ErrClosed {
-			l.end(ErrClosed)
+		if errors.Is(cause, ErrClosed) {
+			l.end(cause)
 		} else {
 			l.end(l.lostError(cause))
 		}
 	}
-	if cause != ErrClosed && cause != errRetired {
+	if !errors.Is(cause, ErrClosed) && cause != errRetired {
 		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
 			slog.String("cause", cause.Error()), slog.Int("leases_lost", len(lost)))
 	}

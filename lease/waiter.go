@@ -2,6 +2,7 @@ package lease
 
 import (
 	"sync"
+	"time"
 
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -34,6 +35,8 @@ type waiter struct {
 	// uncertain: a write of the record got no reply, so it may still
 	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
 	uncertain bool
+	position  int       // records that blocked it when it queued
+	queued    time.Time // when the acquisition started
 
 	mu       sync.Mutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
