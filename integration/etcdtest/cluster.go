@@ -127,14 +127,29 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		c.members = append(c.members, m)
 	}
+	// Launch the members one after the other: a new member asks the
+	// peers already serving whether it joined before, and a peer that
+	// listens but does not serve yet would keep it waiting a second.
+	// Then wait for all of them to be ready at once.
+	launched := make([]*embed.Etcd, len(c.members))
+	for i, m := range c.members {
+		if launched[i], err = m.launch("new"); err != nil {
+			for _, e := range launched[:i] {
+				e.Close()
+			}
+			return nil, err
+		}
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs error
 	)
-	for _, m := range c.members {
+	for i, m := range c.members {
 		wg.Go(func() {
-			if err := m.start(ctx, "new"); err != nil {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if err := m.ready(ctx, launched[i]); err != nil {
 				mu.Lock()
 				errs = errors.Join(errs, err)
 				mu.Unlock()
@@ -235,20 +250,35 @@ func (m *Member) start(ctx context.Context, state string) error {
 	if m.etcd.Load() != nil {
 		return nil
 	}
+	e, err := m.launch(state)
+	if err != nil {
+		return err
+	}
+	return m.ready(ctx, e)
+}
+
+// launch starts m's etcd without waiting for it to be ready. m.mu is held.
+func (m *Member) launch(state string) (*embed.Etcd, error) {
 	if m.cluster.closed.Load() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	cfg, err := m.embedConfig(state)
 	if err != nil {
-		return fmt.Errorf("etcdtest: %s: %w", m.name, err)
+		return nil, fmt.Errorf("etcdtest: %s: %w", m.name, err)
 	}
 	if err := os.MkdirAll(m.dataDir, 0o700); err != nil {
-		return fmt.Errorf("etcdtest: %s: %w", m.name, err)
+		return nil, fmt.Errorf("etcdtest: %s: %w", m.name, err)
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
+		return nil, fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 	}
+	return e, nil
+}
+
+// ready waits until e, m's etcd, is ready and records it as running, or
+// closes it. m.mu is held.
+func (m *Member) ready(ctx context.Context, e *embed.Etcd) error {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
@@ -282,12 +312,15 @@ func (m *Member) PeerURL() string { return m.peerURL }
 // Running reports whether the member is started.
 func (m *Member) Running() bool { return m.etcd.Load() != nil }
 
-// Stop stops the member; its data stays for Restart. Stopping a stopped
-// member does nothing. Clients connected to it fail over to the others.
+// Stop stops the member abruptly, as a crash would: raft stops first,
+// so a leader does not hand its leadership over, then the servers close.
+// Its data stays for Restart. Stopping a stopped member does nothing.
+// Clients connected to it fail over to the others.
 func (m *Member) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.etcd.Swap(nil); e != nil {
+		e.Server.HardStop()
 		e.Close()
 	}
 }
