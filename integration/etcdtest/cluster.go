@@ -312,15 +312,16 @@ func (m *Member) PeerURL() string { return m.peerURL }
 // Running reports whether the member is started.
 func (m *Member) Running() bool { return m.etcd.Load() != nil }
 
-// Stop stops the member abruptly, as a crash would: raft stops first,
-// so a leader does not hand its leadership over, then the servers close.
-// Its data stays for Restart. Stopping a stopped member does nothing.
-// Clients connected to it fail over to the others.
+// Stop stops the member; its data stays for Restart. A leader first
+// hands its leadership to a follower when it can, as etcd does on
+// shutdown. Stopping a stopped member does nothing. Clients connected to
+// it fail over to the others.
 func (m *Member) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.etcd.Swap(nil); e != nil {
-		e.Server.HardStop()
+		// Not HardStop first: the peer server would then serve requests
+		// on a closed backend, and such a request blocks for ever.
 		e.Close()
 	}
 }

@@ -30,9 +30,10 @@
 //   - TLS for clients and peers with certificates generated per cluster
 //     (WithTLS), and authentication with a root user (WithAuth). Client,
 //     NewClient and ClientConfig carry both.
-//   - Members that satisfy faults.Member: Stop stops one as a crash would
-//     (a leader does not hand over), Restart brings it back on the same
-//     addresses and data. Leader and WaitLeader follow elections.
+//   - Members that satisfy faults.Member: Stop stops one (a leader hands
+//     its leadership over first when a follower is up to date, as etcd
+//     does on shutdown), Restart brings it back on the same addresses and
+//     data. Leader and WaitLeader follow elections.
 //   - Proxies and ClientThrough give one client its own faults.Proxy per
 //     member, for faults.Partition, faults.LostReplies and faults.SlowLink.
 //
