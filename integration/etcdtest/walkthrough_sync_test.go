@@ -32,3 +32,15 @@ func TestWalkthroughCopiesMatch(t *testing.T) {
 		t.Error("the walkthrough in examples/walkthrough differs from integration/etcdtest/walkthrough_test.go; copy it over")
 	}
 }
+
+// The README shows the walkthrough; it must be the one that runs.
+func TestWalkthroughInREADME(t *testing.T) {
+	code := bytes.TrimSpace(bytes.TrimPrefix(walkthroughOf(t, "walkthrough_test.go"), []byte("// walkthrough:begin")))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(readme, code) {
+		t.Error("README.md does not show the walkthrough of walkthrough_test.go as it is; copy it over")
+	}
+}
