@@ -21,9 +21,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// ErrClosed reports a call on a Cluster that was closed.
-var ErrClosed = errors.New("etcdtest: cluster closed")
-
 // Cluster is a running in-process etcd cluster. Its methods are safe for
 // concurrent use.
 type Cluster struct {
@@ -483,10 +480,11 @@ func (c *Cluster) NewProxy(m *Member) (*faults.Proxy, error) {
 
 // NewClientThrough returns a new client that reaches the cluster only
 // through proxies (made by NewProxy), with the cluster's TLS and
-// credentials. The caller closes it.
+// credentials. The caller closes it. It returns ErrNoProxies when proxies
+// is empty.
 func (c *Cluster) NewClientThrough(proxies ...*faults.Proxy) (*clientv3.Client, error) {
 	if len(proxies) == 0 {
-		return nil, errors.New("etcdtest: client through no proxy")
+		return nil, ErrNoProxies
 	}
 	cfg := c.ClientConfig()
 	cfg.Endpoints = c.proxyEndpoints(proxies)

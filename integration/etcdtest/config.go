@@ -8,10 +8,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// ErrInvalidConfig reports a Config, or an Option, that cannot describe a
-// cluster. Errors of StartCluster and Start that match it are
-// *ConfigError values naming the field.
-var ErrInvalidConfig = errors.New("etcdtest: invalid config")
+var (
+	// ErrInvalidConfig reports a Config, or an Option, that cannot
+	// describe a cluster. Errors of StartCluster and Start that match it
+	// are *ConfigError values naming the field.
+	ErrInvalidConfig = errors.New("etcdtest: invalid config")
+	// ErrClosed reports a call on a Cluster that was closed.
+	ErrClosed = errors.New("etcdtest: cluster closed")
+	// ErrNoProxies reports a client asked to go through no proxy.
+	ErrNoProxies = errors.New("etcdtest: no proxies given")
+)
 
 // ConfigError reports one invalid Config field (or the Option that sets
 // it). It matches ErrInvalidConfig.

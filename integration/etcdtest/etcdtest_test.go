@@ -65,6 +65,7 @@ func TestStart(t *testing.T) {
 				t.Error("no leader after Start")
 			}
 			roundTrip(t, c.Client(t), "k", "v")
+			roundTrip(t, c.ClientThrough(t, c.Proxies(t)...), "through", "proxies")
 			// Each member serves on its own.
 			for _, m := range c.Members() {
 				if !m.Running() {
@@ -382,4 +383,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// A client behind its own proxies loses etcd in a partition; the others
+// do not.
+func TestClientThroughPartition(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.WithMembers(3), etcdtest.WithoutFsync())
+	proxies := c.Proxies(t)
+	behind, direct := c.ClientThrough(t, proxies...), c.Client(t)
+	roundTrip(t, behind, "k", "before")
+
+	ctx := ctxFor(t, 30*time.Second)
+	cut := faults.Partition(proxies...)
+	if err := cut.Inject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := behind.Put(short, "k", "during")
+	cancel()
+	if err == nil {
+		t.Error("a put through partitioned proxies succeeded")
+	}
+	roundTrip(t, direct, "other", "during")
+	if err := cut.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the client back after the partition", func() bool {
+		_, err := behind.Put(ctx, "k", "after")
+		return err == nil
+	})
+}
+
+func TestNoProxies(t *testing.T) {
+	c := etcdtest.Start(t)
+	if cli, err := c.NewClientThrough(); !errors.Is(err, etcdtest.ErrNoProxies) || cli != nil {
+		t.Errorf("NewClientThrough() = %v, %v; want nil, ErrNoProxies", cli, err)
+	}
 }

@@ -66,6 +66,10 @@ func waitServerConns(limit time.Duration) {
 	buf := make([]byte, 1<<20)
 	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		n := runtime.Stack(buf, true)
+		for n == len(buf) { // truncated: look at every goroutine
+			buf = make([]byte, 2*len(buf))
+			n = runtime.Stack(buf, true)
+		}
 		if !bytes.Contains(buf[:n], []byte("soheilhy/cmux")) {
 			return
 		}
