@@ -65,7 +65,9 @@
 // connections. etcd's peers also leave connections that end up to 5 s
 // after the last member stopped; when the last open cluster of the
 // process closes, Close waits for them (at most 6 s) so that
-// goleak.VerifyTestMain finds no goroutine left behind.
+// goleak.VerifyTestMain finds no goroutine left behind. Sequential tests
+// with multi-member clusters pay that wait each (about 5 s); parallel ones
+// (t.Parallel) overlap, and only the last to close waits.
 //
 // What it is not: a production deployment. Data directories are
 // temporary, certificates are self-signed and valid for a day, and with
