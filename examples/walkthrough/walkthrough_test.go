@@ -51,7 +51,7 @@ func ordersWorker(ctx context.Context) error {
 	}
 	defer locks.Close()
 	client := &http.Client{Transport: &guard.Transport{}}
-	for elem := int64(os.Getpid()) * 1e6; ctx.Err() == nil; {
+	for elem := int64(os.Getpid()) * 1e6; ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
 		l, err := locks.Acquire(ctx, "orders")
 		for i := 0; err == nil && i < 5; i++ {
 			elem++
