@@ -219,8 +219,20 @@ func TestMemberCrashKeepsData(t *testing.T) {
 }
 
 func TestOneMemberRestartKeepsData(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []etcdtest.Option
+	}{
+		{"tcp", nil},
+		{"unix sockets and TLS", []etcdtest.Option{etcdtest.WithUnixSockets(), etcdtest.WithTLS(), etcdtest.WithAuth("pw")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testOneMemberRestart(t, tc.opts...) })
+	}
+}
+
+func testOneMemberRestart(t *testing.T, opts ...etcdtest.Option) {
 	ctx := ctxFor(t, 30*time.Second)
-	c := etcdtest.Start(t)
+	c := etcdtest.Start(t, opts...)
 	cli := c.Client(t)
 	if _, err := cli.Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
