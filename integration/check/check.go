@@ -149,11 +149,30 @@ func (e *ViolationError) Error() string {
 // Is reports whether target is ErrViolation.
 func (e *ViolationError) Is(target error) bool { return target == ErrViolation }
 
+// InputError reports a write that cannot be in a history: its token is
+// below 1 (fencing tokens are etcd revisions, 1 or more). It matches
+// ErrInvalidInput.
+type InputError struct {
+	// Index is the position of the write in the applied history.
+	Index int
+	// Write is the write.
+	Write Write
+}
+
+// Error describes the write.
+func (e *InputError) Error() string {
+	return fmt.Sprintf("%v: write %d (elem %d) carries token %d; tokens are etcd revisions, 1 or more",
+		ErrInvalidInput, e.Index, e.Write.Elem, e.Write.Token)
+}
+
+// Is reports whether target is ErrInvalidInput.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
 // Check checks a resource's history: applied, the writes it applied in the
 // order it applied them; acked, the elements of the writes acknowledged to
 // their writers; final, the elements of its final state as read after the
-// run. It returns an error matching ErrInvalidInput, and no report, when a
-// token is below 1 (fencing tokens are etcd revisions).
+// run. It returns an *InputError, matching ErrInvalidInput, and no report,
+// when a token is below 1.
 func Check(applied []Write, acked, final []int64) (*Report, error) {
 	r := &Report{Applied: len(applied), Acked: len(acked), Final: len(final)}
 	note := func(p Problem) {
@@ -165,7 +184,7 @@ func Check(applied []Write, acked, final []int64) (*Report, error) {
 	seen := map[int64]bool{}
 	for i, w := range applied {
 		if w.Token < 1 {
-			return nil, fmt.Errorf("%w: write %d (elem %d) carries token %d; tokens are etcd revisions, 1 or more", ErrInvalidInput, i, w.Elem, w.Token)
+			return nil, &InputError{Index: i, Write: w}
 		}
 		bad := false
 		if w.Token < highest {

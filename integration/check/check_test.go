@@ -92,8 +92,12 @@ func TestCheck(t *testing.T) {
 func TestCheckInvalidInput(t *testing.T) {
 	for _, tok := range []int64{0, -1} {
 		r, err := check.Check([]check.Write{{Token: 3, Elem: 1}, {Token: tok, Elem: 2}}, nil, nil)
-		if !errors.Is(err, check.ErrInvalidInput) || r != nil {
-			t.Errorf("token %d: Check = %v, %v; want nil, ErrInvalidInput", tok, r, err)
+		var ie *check.InputError
+		if !errors.Is(err, check.ErrInvalidInput) || !errors.As(err, &ie) || r != nil {
+			t.Fatalf("token %d: Check = %v, %v; want nil and an *InputError", tok, r, err)
+		}
+		if ie.Index != 1 || ie.Write.Token != tok {
+			t.Errorf("token %d: error names write %d %+v, want write 1", tok, ie.Index, ie.Write)
 		}
 	}
 }
