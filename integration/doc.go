@@ -1,6 +1,8 @@
 // Package integration holds fencekit's tests against real embedded etcd
-// clusters, and its Jepsen-style safety suite; it exports nothing. The
-// reusable faults live in package faults.
+// clusters, and its Jepsen-style safety suite; it exports nothing. What
+// it is built from is public, for testing your own critical sections: the
+// embedded clusters in package etcdtest, the faults in package faults and
+// the history checker in package check.
 //
 // # The safety suite
 //
@@ -36,13 +38,13 @@
 // records deleted, late writes, and in the three-member cluster member
 // crashes and leader kills.
 //
-// The checker reads what each resource applied, in order, and counts as
-// violations the applied writes whose token is lower than one applied
-// before (rule i), or that come back to a token after another token wrote
-// (rule iii: writes under one token are contiguous); and as lost the
-// acknowledged elements missing from the final read (rule ii, Jepsen's
-// set-full). It prints one line per workload and mode, summed over the
-// phases:
+// The checker (package check) reads what each resource applied, in
+// order, and counts as violations the applied writes whose token is lower
+// than one applied before (rule i), or that come back to a token after
+// another token wrote (rule iii: writes under one token are contiguous);
+// and as lost the acknowledged elements missing from the final read (rule
+// ii, Jepsen's set-full). It prints one line per workload and mode, summed
+// over the phases:
 //
 //	SAFETY workload=register mode=guarded ops=99 accepted=82 rejected=9 faults=delay:1,delete-key:5,leader-kill:1,lost-replies:2,member-crash:1,partition:2,pause:5,revoke:4,slow-writer:5 violations=0 lost=0
 //

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/integration/faults"
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -35,7 +35,7 @@ type nemesis struct {
 	phase   int // index of the phase
 	rec     *recorder
 	admin   *clientv3.Client // not behind a proxy
-	cluster *embedetcd.Cluster
+	cluster *etcdtest.Cluster
 	workers []*workerRT
 	lines   []line
 
@@ -178,15 +178,12 @@ func (n *nemesis) revoke(ctx context.Context) {
 
 // clusterFaults crashes followers and kills leaders, until ctx ends.
 func (n *nemesis) clusterFaults(ctx context.Context) {
-	members := make([]faults.Member, len(n.cluster.Members))
-	for i, m := range n.cluster.Members {
-		members[i] = m
-	}
+	members := n.cluster.FaultMembers()
 	for i := 0; ctx.Err() == nil; i++ {
 		var f faults.Fault
 		if i%2 == 0 {
 			var followers []faults.Member
-			for _, m := range n.cluster.Members {
+			for _, m := range n.cluster.Members() {
 				if !m.IsLeader() {
 					followers = append(followers, m)
 				}

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/integration/check"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/integration/faults"
-	"github.com/fencekit/fencekit/internal/embedetcd"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -171,12 +171,12 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 	defer cancel()
 	setupStart := time.Now()
 	defer func() { t.Logf("phase took %v in all", time.Since(setupStart).Round(time.Millisecond)) }()
-	cluster, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), Members: ph.members, NoFsync: true})
+	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: t.TempDir(), Members: ph.members, NoFsync: true})
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
 	defer closeCluster(cluster)
-	admin, err := cluster.Client()
+	admin, err := cluster.NewClient()
 	if err != nil {
 		t.Fatalf("admin client: %v", err)
 	}
@@ -212,8 +212,8 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 		w := &workerRT{id: id}
 		workers = append(workers, w)
 		var eps []string
-		for _, m := range cluster.Members {
-			p, err := faults.NewProxy(m.ClientURL)
+		for _, m := range cluster.Members() {
+			p, err := cluster.NewProxy(m)
 			if err != nil {
 				t.Fatalf("proxy: %v", err)
 			}
@@ -300,31 +300,34 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 			continue
 		}
 		st := rec.stats[i]
-		v := check(history, st.acked, final)
+		v, err := check.Check(history, st.acked, final)
+		if err != nil {
+			t.Errorf("%s/%s: %v", l.spec.Workload, l.spec.mode(), err)
+			continue
+		}
 		tot := totalsFor(l.spec)
 		tot.ops += st.ops
 		tot.accepted += len(st.acked)
 		tot.rejected += st.rejected
 		tot.failed += st.failed
 		tot.late += st.late
-		tot.violations += v.violations
-		tot.lost += v.lost
-		tot.examples = append(tot.examples, v.examples...)
+		tot.violations += v.Violations
+		tot.lost += v.Lost
+		for _, p := range v.Problems[:min(len(v.Problems), 5)] {
+			tot.examples = append(tot.examples, p.String())
+		}
 		for k, c := range n.counts[i] {
 			tot.faults[k] += c
 		}
 		t.Logf("%s/%s: ops=%d acked=%d rejected=%d failed=%d late=%d applied=%d final=%d backwards=%d interleaved=%d lost=%d faults=%v",
 			l.spec.Workload, l.spec.mode(), st.ops, len(st.acked), st.rejected, st.failed, st.late,
-			len(history), len(final), v.backwards, v.interleaved, v.lost, n.counts[i])
+			len(history), len(final), v.Backwards, v.Interleaved, v.Lost, n.counts[i])
 	}
 }
 
 // closeCluster stops the cluster (Close stops the followers before the
-// leader) and waits for its server connections to go.
-func closeCluster(c *embedetcd.Cluster) {
-	c.Close()
-	etcdtest.WaitServerConns(10 * time.Second)
-}
+// leader, and waits for etcd's server connections to go).
+func closeCluster(c *etcdtest.Cluster) { _ = c.Close() }
 
 // phaseEnv is what workloads need to set up their resources in a phase.
 type phaseEnv struct {
@@ -339,7 +342,7 @@ type line struct {
 	spec lineSpec
 	// inspect returns what the resource applied, in order, and its final
 	// state.
-	inspect func(ctx context.Context) (history []applied, final []int64, err error)
+	inspect func(ctx context.Context) (history []check.Write, final []int64, err error)
 }
 
 // workload builds the guarded and unguarded lines of one resource kind.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/integration/check"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 )
@@ -43,8 +44,8 @@ func registerWorkload() workload {
 		mux.Handle("/guarded/register", mw(guarded))
 		mux.Handle("/unguarded/register", unguarded)
 		srv := httptest.NewServer(mux)
-		inspect := func(r *register) func(context.Context) ([]applied, []int64, error) {
-			return func(context.Context) ([]applied, []int64, error) {
+		inspect := func(r *register) func(context.Context) ([]check.Write, []int64, error) {
+			return func(context.Context) ([]check.Write, []int64, error) {
 				h, f := r.snapshot()
 				return h, f, nil
 			}
@@ -128,7 +129,7 @@ func sqlWorkload(name, driver, dsn string) workload {
 				cleanup()
 				t.Fatalf("insert row: %v", err)
 			}
-			lines = append(lines, line{spec: spec, inspect: func(ctx context.Context) ([]applied, []int64, error) {
+			lines = append(lines, line{spec: spec, inspect: func(ctx context.Context) ([]check.Write, []int64, error) {
 				return inspectSQL(ctx, db, spec)
 			}})
 		}
@@ -137,16 +138,16 @@ func sqlWorkload(name, driver, dsn string) workload {
 }
 
 // inspectSQL reads a resource's history, in commit order, and its set.
-func inspectSQL(ctx context.Context, db *sql.DB, spec lineSpec) ([]applied, []int64, error) {
+func inspectSQL(ctx context.Context, db *sql.DB, spec lineSpec) ([]check.Write, []int64, error) {
 	d := spec.Dialect
 	rows, err := db.QueryContext(ctx, q(d, "SELECT token, elem FROM "+spec.Tables.Log+" WHERE resource = ? ORDER BY ver"), spec.Resource)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rows.Close()
-	var history []applied
+	var history []check.Write
 	for rows.Next() {
-		var a applied
+		var a check.Write
 		if err := rows.Scan(&a.Token, &a.Elem); err != nil {
 			return nil, nil, err
 		}

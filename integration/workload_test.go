@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/integration/check"
 	"github.com/fencekit/fencekit/integration/faults"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
@@ -315,7 +316,7 @@ func runProcessWorker(ctx context.Context) error {
 type register struct {
 	mu      sync.Mutex
 	elems   []int64
-	history []applied
+	history []check.Write
 }
 
 type registerBody struct {
@@ -347,7 +348,7 @@ func (r *register) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.mu.Lock()
 		r.elems = body.Elems
-		r.history = append(r.history, applied{Token: tok.Revision, Elem: body.Add})
+		r.history = append(r.history, check.Write{Token: tok.Revision, Elem: body.Add})
 		r.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	default:
@@ -355,7 +356,7 @@ func (r *register) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
-func (r *register) snapshot() (history []applied, final []int64) {
+func (r *register) snapshot() (history []check.Write, final []int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.history), slices.Clone(r.elems)

@@ -23,8 +23,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/embedetcd"
-	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	_ "modernc.org/sqlite"
@@ -60,26 +59,26 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	etcd, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: dir})
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
-	fmt.Println("embedded etcd up at", etcd.Members[0].ClientURL)
+	fmt.Println("embedded etcd up at", etcd.Members()[0].ClientURL())
 
 	// Worker A reaches etcd through a proxy we can pause, to play a
 	// process frozen by a long GC pause or a stopped VM.
-	proxy, err := faultproxy.New(strings.TrimPrefix(etcd.Members[0].ClientURL, "http://"))
+	proxy, err := etcd.NewProxy(etcd.Members()[0])
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	cliA, err := etcd.Client(proxy.URL())
+	cliA, err := etcd.NewClientThrough(proxy)
 	if err != nil {
 		return err
 	}
 	defer cliA.Close()
-	cliB, err := etcd.Client()
+	cliB, err := etcd.NewClient()
 	if err != nil {
 		return err
 	}

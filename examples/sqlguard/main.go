@@ -26,11 +26,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
-	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -111,22 +109,22 @@ func run(dsn string, out io.Writer) (err error) {
 	}
 
 	// etcd, and worker A's connection to it through a proxy we can pause.
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd")})
+	etcd, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: filepath.Join(dir, "etcd")})
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
-	proxy, err := faultproxy.New(strings.TrimPrefix(etcd.Members[0].ClientURL, "http://"))
+	proxy, err := etcd.NewProxy(etcd.Members()[0])
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	cliA, err := etcd.Client(proxy.URL())
+	cliA, err := etcd.NewClientThrough(proxy)
 	if err != nil {
 		return err
 	}
 	defer cliA.Close()
-	cliB, err := etcd.Client()
+	cliB, err := etcd.NewClient()
 	if err != nil {
 		return err
 	}

@@ -23,10 +23,12 @@
 //     the next holder wrote.
 //
 // What it does not do: it does not check anything. Record what your
-// resource accepted and check it yourself (package integration's safety
-// suite shows how). The faults are real — signals, sockets, etcd requests —
-// and their timing is not deterministic: a fault injected while nobody
-// holds the lock disrupts nothing, so run many and count them.
+// resource accepted and check it with package check; package etcdtest
+// starts the clusters whose members CrashMember and KillLeader stop, and
+// gives a client its own proxies. The faults are real — signals, sockets,
+// etcd requests — and their timing is not deterministic: a fault injected
+// while nobody holds the lock disrupts nothing, so run many and count
+// them.
 //
 // A Proxy only sees traffic sent to it: give the client under test the
 // proxy's URL instead of the server's. Faults that talk to etcd themselves

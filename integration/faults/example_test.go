@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/integration/faults"
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -90,14 +90,12 @@ func ExamplePartition() {
 // the holder learns it from Done and Err.
 func ExampleDeleteHolder() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "faults-example")
-	defer os.RemoveAll(dir)
-	cluster, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
 	if err != nil {
 		panic(err)
 	}
 	defer cluster.Close()
-	cli, err := cluster.Client()
+	cli, err := cluster.NewClient()
 	if err != nil {
 		panic(err)
 	}

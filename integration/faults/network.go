@@ -15,9 +15,21 @@ import (
 type Proxy = faultproxy.Proxy
 
 // NewProxy starts a Proxy on a free loopback port forwarding to target,
-// given as "host:port" or as an http:// URL (an etcd client URL).
+// given as "host:port" or as an etcd client URL: http:// or https://
+// host:port, or unix:// or unixs:// and a socket path. The proxy forwards
+// bytes and does not look at them, so TLS passes through it.
 func NewProxy(target string) (*Proxy, error) {
-	return faultproxy.New(strings.TrimPrefix(target, "http://"))
+	for _, scheme := range []string{"unix://", "unixs://"} {
+		if path, ok := strings.CutPrefix(target, scheme); ok {
+			return faultproxy.NewTo("unix", path)
+		}
+	}
+	for _, scheme := range []string{"http://", "https://"} {
+		if addr, ok := strings.CutPrefix(target, scheme); ok {
+			return faultproxy.New(addr)
+		}
+	}
+	return faultproxy.New(target)
 }
 
 // Partition cuts the links through proxies: every byte in both directions

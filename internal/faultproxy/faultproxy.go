@@ -13,8 +13,9 @@ import (
 // Proxy forwards connections accepted on a loopback address to a target.
 // It is safe for concurrent use.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln      net.Listener
+	network string
+	target  string
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -30,12 +31,16 @@ type Proxy struct {
 
 // New starts a proxy on 127.0.0.1 (a free port) forwarding to target
 // ("host:port").
-func New(target string) (*Proxy, error) {
+func New(target string) (*Proxy, error) { return NewTo("tcp", target) }
+
+// NewTo starts a proxy on 127.0.0.1 (a free port) forwarding to address
+// on network ("tcp" or "unix", as net.Dial takes them).
+func NewTo(network, address string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, network: network, target: address, conns: map[net.Conn]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -128,7 +133,7 @@ func (p *Proxy) accept() {
 		go func() {
 			defer p.wg.Done()
 			defer p.untrack(in)
-			out, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+			out, err := net.DialTimeout(p.network, p.target, 5*time.Second)
 			if err != nil {
 				return
 			}

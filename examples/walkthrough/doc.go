@@ -1,0 +1,9 @@
+// Package walkthrough is a module of its own that tests a critical section
+// the way a user of fencekit would: it imports the project only through its
+// public packages (integration/etcdtest, integration/faults,
+// integration/check, lease, guard, fence), so `go test` here proves that a
+// user's module can run the walkthrough. Its test file holds the
+// walkthrough, an Example shown in the README's "Testing your own critical
+// section"; it is kept identical to the one in package
+// integration/etcdtest by a test there.
+package walkthrough
