@@ -27,7 +27,7 @@ func TestPostgreSQL(t *testing.T) {
 		if os.Getenv("FENCEKIT_REQUIRE_DB") == "1" {
 			t.Fatal("FENCEKIT_PG_DSN is not set and FENCEKIT_REQUIRE_DB=1")
 		}
-		t.Skip("FENCEKIT_PG_DSN not set")
+		t.Skip("FENCEKIT_PG_DSN not set: to run this against PostgreSQL, set it, e.g. FENCEKIT_PG_DSN=postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	}
 	var out strings.Builder
 	if err := run(dsn, &out); err != nil {
