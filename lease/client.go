@@ -145,7 +145,7 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	if c.etcd.Ctx().Err() != nil {
+	if c.etcdClosed() {
 		c.closed = true
 		live := c.liveSessionsLocked()
 		c.mu.Unlock()
@@ -170,6 +170,12 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// etcdClosed reports whether the etcd client was closed.
+func (c *Client) etcdClosed() bool {
+	ctx := c.etcd.Ctx()
+	return ctx != nil && ctx.Err() != nil
+}
+
 func (c *Client) liveSessionsLocked() []*session {
 	live := make([]*session, 0, len(c.sessions))
 	for s := range c.sessions {
@@ -185,7 +191,7 @@ func (c *Client) liveSessionsLocked() []*session {
 // readiness or liveness probe next to the work the leases protect (like
 // client-go's leader-election health check).
 func (c *Client) Healthy() error {
-	if c.etcd.Ctx().Err() != nil {
+	if c.etcdClosed() {
 		return ErrEtcdClosed
 	}
 	c.mu.Lock()
