@@ -265,8 +265,17 @@ func (c *Client) retryable(ctx context.Context, w *waiter, err error) error {
 			return rpcError(err)
 		}
 	}
+	t := time.NewTimer(25 * time.Millisecond)
+	defer t.Stop()
+	return waitFor(ctx, c, w, t.C)
+}
+
+// waitFor waits until ch delivers or closes, and returns nil, or the error
+// that ends w's acquisition first: its record gone, its session ended, ctx
+// ended, the Client closed.
+func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
 	select {
-	case <-time.After(25 * time.Millisecond):
+	case <-ch:
 		return nil
 	case <-w.failc:
 		return w.failure()

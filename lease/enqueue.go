@@ -79,16 +79,8 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 // then the queue and the waiter's own record are read again, and the new
 // queue returned.
 func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int64) ([]*mvccpb.KeyValue, error) {
-	select {
-	case <-w.watch.created:
-	case <-w.failc:
-		return nil, w.failure()
-	case <-w.sess.done:
-		return nil, w.sess.cause(c)
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	case <-c.ctx.Done():
-		return nil, ErrClosed
+	if err := waitFor(ctx, c, w, w.watch.created); err != nil {
+		return nil, err
 	}
 	if w.watch.start <= readRev {
 		return nil, nil
