@@ -155,15 +155,18 @@
 //
 // # Observability
 //
-// Every decision is reported to hooks ([WithHook]) as an [Event] with an
-// [Outcome] (accepted, stale, wrong_lock, missing, malformed, unverified,
-// failed),
-// counted in fencekit_guard_decisions_total{outcome} on a caller's
-// Prometheus registry ([WithMetrics]; a resource label only with
-// [WithResourceLabel]), and logged through [WithLogger] (discarded by
-// default). Log records use package lease's field names: "lock" (a hash of
-// the lock name, [LockHash]), "fence" (the received token's revision),
-// plus "mark", "resource" and "outcome"; so a stale rejection joins to the
-// lease records of the acquisition whose token it refused. Owner tokens
-// never reach this package.
+// Every decision has an outcome (accepted, stale, wrong_lock, missing,
+// malformed, unverified, failed), counted in
+// fencekit_guard_decisions_total{outcome} on a caller's Prometheus
+// registry ([WithMetrics]; a resource label only with
+// [WithResourceLabel]) and logged through [WithLogger] (discarded by
+// default). These are the two channels of lease and sqlguard too; there
+// is no per-decision callback: a program that must act on refusals acts
+// on the errors and statuses the Guard returns, and one that wants every
+// decision reads the log records (a slog.Handler of its own receives
+// them as structured attributes). Log records use package lease's field
+// names: "lock" (a hash of the lock name, [LockHash]), "fence" (the
+// received token's revision), plus "mark", "resource" and "outcome"; so a
+// stale rejection joins to the lease records of the acquisition whose
+// token it refused. Owner tokens never reach this package.
 package guard

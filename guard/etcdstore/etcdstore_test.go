@@ -71,7 +71,11 @@ func TestResetMark(t *testing.T) {
 	if _, err := store.Advance(ctx, "r", real); err != nil {
 		t.Errorf("real holder after reset: %v", err)
 	}
-	// A resource without a mark is reset from the zero Token.
+	// A resource without a mark reads as fence.ErrNoMark, and is reset
+	// from the zero Token.
+	if m, err := store.Mark(ctx, "fresh"); !errors.Is(err, fence.ErrNoMark) || !m.IsZero() {
+		t.Errorf("Mark of a resource without a mark = %v, %v; want fence.ErrNoMark", m, err)
+	}
 	if err := store.ResetMark(ctx, "fresh", fence.Token{}, real); err != nil {
 		t.Errorf("reset of a fresh resource: %v", err)
 	}
@@ -146,11 +150,11 @@ func TestAdvanceVerifiedIsAtomic(t *testing.T) {
 		}
 		err = g.Do(ctx, guard.Target{Resource: name, Lock: name}, holder.Fence(), func(context.Context) error { return nil })
 		mark, merr := store.Mark(ctx, name)
-		if merr != nil {
+		if merr != nil && !errors.Is(merr, fence.ErrNoMark) {
 			t.Fatal(merr)
 		}
 		if withCondition {
-			if !errors.Is(err, guard.ErrUnverified) || !mark.IsZero() {
+			if !errors.Is(err, guard.ErrUnverified) || !errors.Is(merr, fence.ErrNoMark) {
 				t.Errorf("holder released between check and advance: %v, mark %v; want ErrUnverified and no mark", err, mark)
 			}
 		} else if err != nil || mark != holder.Fence() {

@@ -77,13 +77,11 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 // codes.InvalidArgument, a store or verifier failure codes.Unavailable.
 // Calls route declines run unchecked, with a valid token, if sent, in
 // their context.
-func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.UnaryServerInterceptor, error) {
-	if g == nil {
-		return nil, errors.New("grpcguard: nil guard")
-	}
-	if route == nil {
-		return nil, errors.New("grpcguard: nil route func")
-	}
+//
+// It panics if g or route is nil, so that it chains inline
+// (grpc.ChainUnaryInterceptor) and misuse shows at start-up.
+func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) grpc.UnaryServerInterceptor {
+	mustServe(g, route)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		tgt, ok := route(ctx, info.FullMethod, req)
 		var resp any
@@ -93,26 +91,31 @@ func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.UnaryServerIn
 			return herr
 		})
 		return resp, err
-	}, nil
+	}
+}
+
+// mustServe panics on the misuse of a server interceptor constructor.
+func mustServe(g *guard.Guard, route RouteFunc) {
+	if g == nil {
+		panic("grpcguard: nil guard")
+	}
+	if route == nil {
+		panic("grpcguard: nil route func")
+	}
 }
 
 // StreamServerInterceptor is the streaming form of UnaryServerInterceptor.
 // The token is checked once, when the stream starts, and the resource is
 // held until the handler returns: a long stream keeps other writers of
-// the resource waiting.
-func StreamServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.StreamServerInterceptor, error) {
-	if g == nil {
-		return nil, errors.New("grpcguard: nil guard")
-	}
-	if route == nil {
-		return nil, errors.New("grpcguard: nil route func")
-	}
+// the resource waiting. It panics if g or route is nil.
+func StreamServerInterceptor(g *guard.Guard, route RouteFunc) grpc.StreamServerInterceptor {
+	mustServe(g, route)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		tgt, ok := route(ss.Context(), info.FullMethod, nil)
 		return serveRPC(ss.Context(), g, tgt, ok, func(ctx context.Context) error {
 			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
 		})
-	}, nil
+	}
 }
 
 type serverStream struct {

@@ -119,14 +119,8 @@ func rpcRoute(_ context.Context, method string, req any) (guard.Target, bool) {
 // and returns a client connection with the client interceptors.
 func startRPC(t *testing.T, g *guard.Guard) (*itemsRPC, *grpc.ClientConn) {
 	t.Helper()
-	unary, err := grpcguard.UnaryServerInterceptor(g, rpcRoute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := grpcguard.StreamServerInterceptor(g, rpcRoute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	unary := grpcguard.UnaryServerInterceptor(g, rpcRoute)
+	stream := grpcguard.StreamServerInterceptor(g, rpcRoute)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -313,19 +307,24 @@ func newGuard(t *testing.T, opts ...guard.Option) *guard.Guard {
 	return g
 }
 
-func TestInterceptorsValidate(t *testing.T) {
+// TestInterceptorsPanicOnMisuse: a nil guard or route is a programming
+// error, reported when the interceptor is made, not on every call.
+func TestInterceptorsPanicOnMisuse(t *testing.T) {
 	g := newGuard(t)
-	if _, err := grpcguard.UnaryServerInterceptor(g, nil); err == nil {
-		t.Error("UnaryServerInterceptor(g, nil): got nil error")
-	}
-	if _, err := grpcguard.StreamServerInterceptor(g, nil); err == nil {
-		t.Error("StreamServerInterceptor(g, nil): got nil error")
-	}
-	if _, err := grpcguard.UnaryServerInterceptor(nil, rpcRoute); err == nil {
-		t.Error("UnaryServerInterceptor(nil, route): got nil error")
-	}
-	if _, err := grpcguard.StreamServerInterceptor(nil, rpcRoute); err == nil {
-		t.Error("StreamServerInterceptor(nil, route): got nil error")
+	for name, f := range map[string]func(){
+		"UnaryServerInterceptor(g, nil)":      func() { grpcguard.UnaryServerInterceptor(g, nil) },
+		"StreamServerInterceptor(g, nil)":     func() { grpcguard.StreamServerInterceptor(g, nil) },
+		"UnaryServerInterceptor(nil, route)":  func() { grpcguard.UnaryServerInterceptor(nil, rpcRoute) },
+		"StreamServerInterceptor(nil, route)": func() { grpcguard.StreamServerInterceptor(nil, rpcRoute) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		}()
 	}
 }
 
