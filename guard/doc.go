@@ -55,8 +55,11 @@
 // --bump-revision, do the same by accident. Verify tokens wherever they
 // arrive from outside the process:
 //
-//	v := locks.Verifier() // or lease.NewVerifier(etcdClient, lease.DefaultPrefix)
-//	g, err := guard.New(store, guard.WithVerifier(v))
+//	verifier, err := lease.NewVerifier(cli, lease.DefaultPrefix)
+//	...
+//	g, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(verifier))
+//
+// (locks.Verifier() gives the same verifier for a lease.Client's prefix.)
 //
 // A Guard with a [Verifier] promises that only the token of the lock's
 // current holder, at the time of the check, can raise a mark: before a

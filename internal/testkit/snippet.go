@@ -15,21 +15,26 @@ import (
 // A Snippet is a Go code block of a Markdown file that names the Example
 // it is copied from, with a marker line right before its fence:
 //
-//	<!-- example guard.Example_http -->
+//	<!-- example guard.Example -->
 //	```go
 //	...the Example's body, one tab less indented...
 //	```
+//
+// A marker "excerpt" instead of "example" makes the block an excerpt of
+// the body (see CheckDocSnippets for what that allows).
 type Snippet struct {
 	// Pkg and Example name the Example function: package name and
 	// function name.
 	Pkg, Example string
+	// Excerpt is true for an "excerpt" marker.
+	Excerpt bool
 	// Code is the block's text, without the fences.
 	Code string
 	// Line is the marker's line number, from 1.
 	Line int
 }
 
-var markerRE = regexp.MustCompile(`^<!--\s*example\s+([A-Za-z0-9_]+)\.(Example[A-Za-z0-9_]*)\s*-->\s*$`)
+var markerRE = regexp.MustCompile(`^<!--\s*(example|excerpt)\s+([A-Za-z0-9_]+)\.(Example[A-Za-z0-9_]*)\s*-->\s*$`)
 
 // Snippets returns the marked snippets of a Markdown text. A marker not
 // followed by a ```go block is an error.
@@ -42,7 +47,7 @@ func Snippets(markdown string) ([]Snippet, error) {
 			continue
 		}
 		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```go" {
-			return nil, fmt.Errorf("line %d: marker for %s.%s is not followed by a ```go block", i+1, m[1], m[2])
+			return nil, fmt.Errorf("line %d: marker for %s.%s is not followed by a ```go block", i+1, m[2], m[3])
 		}
 		end := -1
 		for j := i + 2; j < len(lines); j++ {
@@ -52,9 +57,10 @@ func Snippets(markdown string) ([]Snippet, error) {
 			}
 		}
 		if end < 0 {
-			return nil, fmt.Errorf("line %d: the ```go block of %s.%s does not end", i+1, m[1], m[2])
+			return nil, fmt.Errorf("line %d: the ```go block of %s.%s does not end", i+1, m[2], m[3])
 		}
-		out = append(out, Snippet{Pkg: m[1], Example: m[2], Code: strings.Join(lines[i+2:end], "\n"), Line: i + 1})
+		out = append(out, Snippet{Pkg: m[2], Example: m[3], Excerpt: m[1] == "excerpt",
+			Code: strings.Join(lines[i+2:end], "\n"), Line: i + 1})
 		i = end
 	}
 	return out, nil
@@ -99,7 +105,8 @@ func ExampleBodies(dir string) (map[string]string, error) {
 
 // CheckSnippets fails t for every snippet of package pkg in the Markdown
 // file md that differs from the body of the Example it names, found in
-// the _test.go files of dir. It returns how many snippets it checked.
+// the _test.go files of dir, or for an excerpt, is not an excerpt of it.
+// It returns how many snippets it checked.
 func CheckSnippets(t testing.TB, md, pkg, dir string) int {
 	t.Helper()
 	text, err := os.ReadFile(md)
@@ -123,6 +130,13 @@ func CheckSnippets(t testing.TB, md, pkg, dir string) int {
 		body, ok := bodies[s.Example]
 		if !ok {
 			t.Errorf("%s:%d: no function %s in %s/*_test.go", md, s.Line, s.Example, dir)
+			continue
+		}
+		if s.Excerpt {
+			if !excerpt(s.Code, body) {
+				t.Errorf("%s:%d: the excerpt is not one of %s.%s: its lines must appear there in order (\"// ...\" skips lines)",
+					md, s.Line, pkg, s.Example)
+			}
 			continue
 		}
 		if s.Code != body {

@@ -65,6 +65,19 @@ func TestSnippets(t *testing.T) {
 	if !rec.failed {
 		t.Error("a snippet that differs from its Example passed")
 	}
+
+	// An excerpt may skip lines, but not change them.
+	ex := filepath.Join(dir, "excerpt.md")
+	os.WriteFile(ex, []byte("<!-- excerpt snip.ExampleHello -->\n```go\na := 1\n// ...\n// Output: 2\n```\n"), 0o600)
+	if n := testkit.CheckSnippets(t, ex, "snip", "testdata/snip"); n != 1 {
+		t.Errorf("checked %d excerpts, want 1", n)
+	}
+	os.WriteFile(ex, []byte("<!-- excerpt snip.ExampleHello -->\n```go\na := 3\n// ...\n```\n"), 0o600)
+	rec = &recorder{TB: t}
+	testkit.CheckSnippets(rec, ex, "snip", "testdata/snip")
+	if !rec.failed {
+		t.Error("an excerpt with a changed line passed")
+	}
 }
 
 // recorder records failures instead of failing the test.
