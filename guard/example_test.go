@@ -63,7 +63,7 @@ func ExampleGuard_Claim() {
 	})
 	fmt.Println(err)
 	// Output:
-	// guard: resource "results" refused token: fence: stale token: lock "jobs" revision 31 is older than accepted revision 40
+	// guard: resource "results" refused token: fence: stale token: lock "jobs" revision 31 is older than accepted revision 40; if this is the lock's current holder, the mark is ahead of the lock service (a new etcd cluster starts revisions again): reset it with Guard.ResetMark
 }
 
 // An HTTP service fenced by the middleware, and a client that sends its

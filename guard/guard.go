@@ -38,6 +38,16 @@ var (
 	// ErrMarkChanged reports a ResetMark whose expected old mark is not
 	// the resource's mark. Errors matching it are *MarkChangedError.
 	ErrMarkChanged = errors.New("guard: mark changed")
+	// ErrMarkAhead reports a token older than the resource's mark that
+	// the Guard's Verifier confirms as its lock's current holder's: the
+	// mark is ahead of the lock service, and refuses every holder until
+	// an operator sets it back with Guard.ResetMark. A new etcd cluster
+	// starts revisions again (at 2 for the first lock), so a mark kept
+	// from an earlier cluster does this; so does a cluster restored
+	// without --bump-revision, or a forged token that raised the mark
+	// before a verifier was configured. Errors matching it are
+	// *MarkAheadError, and also match ErrRejected and fence.ErrStale.
+	ErrMarkAhead = errors.New("guard: mark ahead of the lock service")
 )
 
 // RejectedError is the error for a token that a resource refused.
@@ -52,10 +62,17 @@ type RejectedError struct {
 	Mark fence.Token
 	// Err says why: a *fence.StaleError or a *fence.WrongLockError.
 	Err error
+
+	unconfirmed bool // stale, and no verifier told a superseded holder from a mark ahead
 }
 
 func (e *RejectedError) Error() string {
-	return fmt.Sprintf("guard: resource %q refused token: %v", e.Resource, e.Err)
+	msg := fmt.Sprintf("guard: resource %q refused token: %v", e.Resource, e.Err)
+	if e.unconfirmed {
+		msg += "; if this is the lock's current holder, the mark is ahead of the lock service" +
+			" (a new etcd cluster starts revisions again): reset it with Guard.ResetMark"
+	}
+	return msg
 }
 
 // Is reports whether target is ErrRejected.
@@ -64,6 +81,38 @@ func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
 // Unwrap returns e.err, so errors.Is(err, fence.ErrStale) and
 // errors.Is(err, fence.ErrWrongLock) tell the two reasons apart.
 func (e *RejectedError) Unwrap() error { return e.Err }
+
+// MarkAheadError is the error for a token older than a resource's mark
+// that the Guard's Verifier confirmed as its lock's current holder's (see
+// ErrMarkAhead). It matches ErrMarkAhead and ErrRejected, and through Err
+// fence.ErrStale.
+type MarkAheadError struct {
+	// Resource is the resource that refused the token.
+	Resource string
+	// Token is the current holder's token, refused.
+	Token fence.Token
+	// Mark is the resource's mark, ahead of every token the lock service
+	// issues now.
+	Mark fence.Token
+	// Err is the *fence.StaleError of the refusal.
+	Err error
+}
+
+func (e *MarkAheadError) Error() string {
+	return fmt.Sprintf("guard: resource %q refused the current holder of lock %q: its mark, revision %d, "+
+		"is ahead of the lock service, which issued revision %d; a new etcd cluster starts revisions again, "+
+		"and so does one restored without --bump-revision: stop the writers of the old cluster, "+
+		"then set the mark back with Guard.ResetMark(ctx, %q, %s, %s)",
+		e.Resource, e.Token.Lock, e.Mark.Revision, e.Token.Revision, e.Resource, e.Mark, e.Token)
+}
+
+// Is reports whether target is ErrMarkAhead or ErrRejected.
+func (e *MarkAheadError) Is(target error) bool {
+	return target == ErrMarkAhead || target == ErrRejected
+}
+
+// Unwrap returns e.Err.
+func (e *MarkAheadError) Unwrap() error { return e.Err }
 
 // Target names a protected resource and the lock whose holders may write it.
 type Target struct {
@@ -392,29 +441,55 @@ func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) error {
 		g.observe(ctx, ev)
 		return ev.err
 	}
+	g.advance(ctx, tgt, t, &ev)
+	if ev.outcome == stale {
+		g.diagnoseStale(ctx, &ev)
+	}
+	g.observe(ctx, ev)
+	return ev.err
+}
+
+// advance decides a valid token of the Target's lock, advancing the mark,
+// and records the outcome in ev.
+func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *event) {
 	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
 		mark, err := vs.AdvanceVerified(ctx, tgt.Resource, t, g.ver)
 		ev.mark = mark
 		if errors.Is(err, fence.ErrUnverified) {
 			ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
 		} else {
-			g.decide(&ev, err)
+			g.decide(ev, err)
 		}
-		g.observe(ctx, ev)
-		return ev.err
+		return
 	}
 	if g.ver != nil {
-		done, err := g.verify(ctx, tgt, t, &ev)
-		if done {
-			g.observe(ctx, ev)
-			return err
+		if done, _ := g.verify(ctx, tgt, t, ev); done {
+			return
 		}
 	}
 	mark, err := g.store.Advance(ctx, tgt.Resource, t)
 	ev.mark = mark
-	g.decide(&ev, err)
-	g.observe(ctx, ev)
-	return ev.err
+	g.decide(ev, err)
+}
+
+// diagnoseStale tells the two causes of a stale token apart: a holder
+// that was superseded (the usual case), and a mark ahead of the lock
+// service (see ErrMarkAhead), which the verifier reveals by confirming
+// the token as the current holder's. Without a verifier it cannot tell,
+// and the error says what to do if the mark is ahead. It costs one
+// Verify per stale refusal.
+func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
+	var rej *RejectedError
+	if !errors.As(ev.err, &rej) {
+		return
+	}
+	if g.ver == nil {
+		rej.unconfirmed = true
+		return
+	}
+	if g.ver.Verify(ctx, ev.token) == nil {
+		ev.err = &MarkAheadError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: rej.Err}
+	}
 }
 
 // decide sets ev's outcome and error from the error of a store's Advance
@@ -517,6 +592,10 @@ func (g *Guard) observe(ctx context.Context, e event) {
 	case failed:
 		level, msg = slog.LevelError, "guard: fencing check failed"
 	}
+	var ahead *MarkAheadError
+	if errors.As(e.err, &ahead) {
+		level, msg = slog.LevelError, "guard: mark ahead of the lock service; reset it (Guard.ResetMark)"
+	}
 	if !g.log.Enabled(ctx, level) {
 		return
 	}
@@ -534,7 +613,7 @@ func (g *Guard) observe(ctx context.Context, e event) {
 	if !e.mark.IsZero() {
 		attrs = append(attrs, slog.Int64("mark", e.mark.Revision))
 	}
-	if (e.outcome == failed || e.outcome == unverified) && e.err != nil {
+	if (e.outcome == failed || e.outcome == unverified || ahead != nil) && e.err != nil {
 		attrs = append(attrs, slog.String("error", e.err.Error()))
 	}
 	g.log.LogAttrs(ctx, level, msg, attrs...)

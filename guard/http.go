@@ -46,6 +46,12 @@ const (
 	// the lock service did not confirm it as its lock's current holder's
 	// (see WithVerifier); status 403. The mark did not move.
 	ProblemUnverified = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnverified"
+	// ProblemMarkAhead: the token is older than the resource's mark, but
+	// the Guard's verifier confirms it as its lock's current holder's:
+	// the mark is ahead of the lock service (see ErrMarkAhead); status
+	// 409. No holder can write until an operator resets the mark
+	// (Guard.ResetMark).
+	ProblemMarkAhead = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMarkAhead"
 	// ProblemUnavailable: the guard could not decide (store or verifier
 	// failure, or the request ended while waiting); status 503, safe to
 	// retry.
@@ -120,6 +126,9 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 //     resource, the token received and the mark;
 //   - a token for another lock: 409 (StatusRejected), type
 //     ProblemWrongLock;
+//   - with WithVerifier, a stale token the verifier confirms as the
+//     current holder's (the mark is ahead, see ErrMarkAhead): 409, type
+//     ProblemMarkAhead;
 //   - with WithVerifier, a newer token the verifier did not confirm: 403
 //     (StatusUnverified), type ProblemUnverified;
 //   - a store or verifier failure, or the request ended while waiting:
@@ -188,7 +197,11 @@ func problemFor(tgt Target, t fence.Token, err error) Problem {
 	}
 	var rej *RejectedError
 	var unv *UnverifiedError
+	var ahead *MarkAheadError
 	switch {
+	case errors.As(err, &ahead):
+		p.Type, p.Title, p.Status = ProblemMarkAhead, "Fencing mark ahead of the lock service", StatusRejected
+		p.Mark = ahead.Mark.String()
 	case errors.As(err, &unv):
 		p.Type, p.Title, p.Status = ProblemUnverified, "Fencing token not verified", StatusUnverified
 		if !unv.Mark.IsZero() {

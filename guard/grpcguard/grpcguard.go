@@ -34,6 +34,10 @@ const (
 	// CodeUnverified answers a newer token that the Guard's verifier
 	// (guard.WithVerifier) did not confirm.
 	CodeUnverified = codes.PermissionDenied
+	// CodeMarkAhead answers the current holder's token refused by a mark
+	// ahead of the lock service (guard.ErrMarkAhead): the system is not
+	// in a state to accept it until an operator resets the mark.
+	CodeMarkAhead = codes.FailedPrecondition
 )
 
 // The reasons in the google.rpc.ErrorInfo detail of the interceptors'
@@ -60,6 +64,9 @@ const (
 	// ReasonUnverified: the token is newer than the resource's mark and
 	// the verifier did not confirm it (codes.PermissionDenied).
 	ReasonUnverified = "UNVERIFIED_FENCING_TOKEN"
+	// ReasonMarkAhead: the token is the lock's current holder's, and the
+	// resource's mark is ahead of it (codes.FailedPrecondition).
+	ReasonMarkAhead = "FENCING_MARK_AHEAD"
 )
 
 // RouteFunc maps a gRPC call to the Target it writes. req is the
@@ -72,7 +79,8 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 // guard.Guard.Middleware: it reads the token from MetadataKey and runs the
 // handler through g (guard.Guard.Serve), with the token in its context.
 // Refusals are status errors carrying an ErrorInfo detail: stale or wrong
-// lock gives CodeRejected (codes.Aborted), an unverified token
+// lock gives CodeRejected (codes.Aborted), a mark ahead of the lock
+// service CodeMarkAhead (codes.FailedPrecondition), an unverified token
 // CodeUnverified (codes.PermissionDenied), a missing or malformed token
 // codes.InvalidArgument, a store or verifier failure codes.Unavailable.
 // Calls route declines run unchecked, with a valid token, if sent, in
@@ -154,7 +162,11 @@ func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
 	var code codes.Code
 	var rej *guard.RejectedError
 	var unv *guard.UnverifiedError
+	var ahead *guard.MarkAheadError
 	switch {
+	case errors.As(err, &ahead):
+		code, info.Reason = CodeMarkAhead, ReasonMarkAhead
+		info.Metadata["mark_revision"] = strconv.FormatInt(ahead.Mark.Revision, 10)
 	case errors.As(err, &unv):
 		code, info.Reason = CodeUnverified, ReasonUnverified
 		if !unv.Mark.IsZero() {

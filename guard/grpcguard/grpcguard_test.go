@@ -364,3 +364,43 @@ func TestGRPCUnverified(t *testing.T) {
 		t.Errorf("applied %v, want the holder's two calls", got)
 	}
 }
+
+// TestGRPCMarkAhead: the current holder refused by a mark from elsewhere
+// (here written straight into the store, as an earlier etcd cluster's
+// holder would have) is FailedPrecondition with reason FENCING_MARK_AHEAD,
+// not a retryable Aborted.
+func TestGRPCMarkAhead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	locks, err := lease.New(etcdtest.Client(t, etcdtest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	holder, err := locks.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := guard.NewMemoryStore()
+	old := tok("items", holder.Fence().Revision+1000)
+	if _, err := store.Advance(ctx, "item/1", old); err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(store, guard.WithVerifier(locks.Verifier()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, conn := startRPC(t, g)
+	err = put(fence.NewContext(ctx, holder.Fence()), conn, "item/1")
+	info := errorInfo(err)
+	if status.Code(err) != grpcguard.CodeMarkAhead || info.GetReason() != grpcguard.ReasonMarkAhead ||
+		info.GetMetadata()["mark_revision"] != strconv.FormatInt(old.Revision, 10) {
+		t.Errorf("holder against a mark ahead: %v (%v), want FailedPrecondition/%s", err, info, grpcguard.ReasonMarkAhead)
+	}
+	if err := g.ResetMark(ctx, "item/1", old, holder.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Errorf("holder after ResetMark: %v", err)
+	}
+}
