@@ -78,7 +78,7 @@ func (e *RejectedError) Error() string {
 // Is reports whether target is ErrRejected.
 func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
 
-// Unwrap returns e.err, so errors.Is(err, fence.ErrStale) and
+// Unwrap returns e.Err, so errors.Is(err, fence.ErrStale) and
 // errors.Is(err, fence.ErrWrongLock) tell the two reasons apart.
 func (e *RejectedError) Unwrap() error { return e.Err }
 
