@@ -33,12 +33,9 @@ func registerWorkload() workload {
 			t.Fatal(err)
 		}
 		guardedLock, unguardedLock := "register-guarded", "register-unguarded"
-		mw, err := g.Middleware(func(*http.Request) (guard.Target, bool) {
+		mw := g.Middleware(func(*http.Request) (guard.Target, bool) {
 			return guard.Target{Resource: "register", Lock: guardedLock}, true
 		}, guard.WithUnfencedMethods())
-		if err != nil {
-			t.Fatal(err)
-		}
 		guarded, unguarded := &register{}, &register{}
 		mux := http.NewServeMux()
 		mux.Handle("/guarded/register", mw(guarded))
