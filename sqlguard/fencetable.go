@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Mark is a resource's row in the fence table.
@@ -50,11 +51,11 @@ type Mark struct {
 //     example during a lock wait; database/sql then rolls back a
 //     transaction begun with that context.
 func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
-	return g.decided(ctx, "fence", g.fence(ctx, q, tok, resources...))
+	return g.decided(ctx, "fence", g.fence(ctx, querier(q), tok, resources...))
 }
 
 // fence is Fence without metrics and logs.
-func (g *Guard) fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
+func (g *Guard) fence(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
 	rs, err := canonical(tok, resources)
 	if err != nil {
 		return err
@@ -92,15 +93,15 @@ func canonical(tok fence.Token, resources []string) ([]string, error) {
 	return slices.Compact(rs), nil
 }
 
-func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource string) error {
-	var res sql.Result
+func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token, resource string) error {
+	var n int64
 	var err error
 	switch g.d {
 	case PostgreSQL, SQLite:
 		// One statement: insert the mark, or advance it only when the
 		// stored token is not newer and the lock matches. The conflicting
 		// row is locked even when the WHERE is false.
-		res, err = q.ExecContext(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq) VALUES (`+
+		n, err = q.Exec(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq) VALUES (`+
 			g.ph(1)+", "+g.ph(2)+", "+g.ph(3)+`, 1) ON CONFLICT (resource) DO UPDATE SET token = excluded.token, seq = f.seq + 1 `+
 			`WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key`,
 			resource, tok.Lock, tok.Revision)
@@ -109,20 +110,16 @@ func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource 
 		// exists (token 0 is below every valid token), then run the guarded
 		// UPDATE. seq always changes, so the affected count is 1 for an
 		// accepted token whatever clientFoundRows says.
-		_, err = q.ExecContext(ctx, "INSERT INTO "+g.table+
+		_, err = q.Exec(ctx, "INSERT INTO "+g.table+
 			" (resource, lock_key, token, seq) VALUES (?, ?, 0, 0) ON DUPLICATE KEY UPDATE resource = resource",
 			resource, tok.Lock)
 		if err != nil {
 			return g.wrapErr(ctx, "fence "+fmt.Sprintf("%q", resource), err)
 		}
-		res, err = q.ExecContext(ctx, "UPDATE "+g.table+
+		n, err = q.Exec(ctx, "UPDATE "+g.table+
 			" SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?",
 			tok.Revision, resource, tok.Lock, tok.Revision)
 	}
-	if err != nil {
-		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
 	}
@@ -151,6 +148,10 @@ func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource 
 // out of date as soon as it returns. Use it for display and tests, never to
 // decide whether to write.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error) {
+	return g.mark(ctx, querier(q), resource)
+}
+
+func (g *Guard) mark(ctx context.Context, q backend.Querier, resource string) (Mark, error) {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return Mark{}, err
 	}
@@ -160,15 +161,15 @@ func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error)
 	return g.readMark(ctx, q, resource, false)
 }
 
-func (g *Guard) readMark(ctx context.Context, q DBTX, resource string, locking bool) (Mark, error) {
+func (g *Guard) readMark(ctx context.Context, q backend.Querier, resource string, locking bool) (Mark, error) {
 	query := "SELECT lock_key, token, seq FROM " + g.table + " WHERE resource = " + g.ph(1)
 	if locking {
 		query += g.lockingRead()
 	}
 	m := Mark{Resource: resource}
-	err := q.QueryRowContext(ctx, query, resource).Scan(&m.Token.Lock, &m.Token.Revision, &m.Seq)
+	found, err := queryRow(ctx, q, query, []any{resource}, &m.Token.Lock, &m.Token.Revision, &m.Seq)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case err == nil && !found:
 		return Mark{}, fmt.Errorf("%w: no mark for resource %q", ErrNotFound, resource)
 	case err != nil:
 		return Mark{}, g.wrapErr(ctx, fmt.Sprintf("read mark %q", resource), err)
@@ -184,10 +185,18 @@ func (g *Guard) readMark(ctx context.Context, q DBTX, resource string, locking b
 // transaction commits.) Claim retries retryable conflicts like RunTx and
 // returns the same errors as Fence.
 func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resources ...string) error {
+	var begin backend.Begin
+	if db != nil {
+		begin = beginSQL(db, nil)
+	}
+	return g.claim(ctx, begin, tok, resources...)
+}
+
+func (g *Guard) claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
 	if len(resources) == 0 {
 		return g.decided(ctx, "claim", fmt.Errorf("%w: no resources to claim", ErrInvalid))
 	}
-	return g.decided(ctx, "claim", g.runTx(ctx, db, nil, tok, resources, nil, false))
+	return g.decided(ctx, "claim", g.runTx(ctx, begin, tok, resources, nil, false))
 }
 
 // RunTx runs fn in a transaction that is fenced first: it begins a
@@ -207,13 +216,21 @@ func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resourc
 // committed.
 func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
 	fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return g.runTx(ctx, db, opts, tok, resources, fn, true)
+	var begin backend.Begin
+	if db != nil {
+		begin = beginSQL(db, opts)
+	}
+	var f func(context.Context, backend.Tx) error
+	if fn != nil {
+		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
+	}
+	return g.runTx(ctx, begin, tok, resources, f, true)
 }
 
 // runTx is RunTx; countFence says whether its Fence calls are counted and
 // logged as op "fence" (Claim counts its own result instead).
-func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
-	fn func(ctx context.Context, tx *sql.Tx) error, countFence bool) error {
+func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+	fn func(context.Context, backend.Tx) error, countFence bool) error {
 	if len(resources) > 0 {
 		if _, err := canonical(tok, resources); err != nil {
 			return err
@@ -221,7 +238,7 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	} else if err := validToken(tok); err != nil {
 		return err
 	}
-	if db == nil {
+	if begin == nil {
 		return fmt.Errorf("%w: run tx: nil Beginner", ErrInvalid)
 	}
 	if len(resources) > 0 {
@@ -237,7 +254,7 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = g.runOnce(ctx, db, opts, tok, resources, fn, countFence)
+		err = g.runOnce(ctx, begin, tok, resources, fn, countFence)
 		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
 			return err
 		}
@@ -256,23 +273,23 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	}
 }
 
-func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
-	fn func(ctx context.Context, tx *sql.Tx) error, countFence bool) (err error) {
-	tx, err := db.BeginTx(ctx, opts)
+func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+	fn func(context.Context, backend.Tx) error, countFence bool) (err error) {
+	tx, err := begin(ctx)
 	if err != nil {
 		return g.wrapErr(ctx, "begin", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback() // the error that matters is err
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that matters is err
 		}
 	}()
 	if len(resources) > 0 {
-		fenceFn := g.fence
+		err := g.fence(ctx, tx, tok, resources...)
 		if countFence {
-			fenceFn = g.Fence
+			err = g.decided(ctx, "fence", err)
 		}
-		if err := fenceFn(ctx, tx, tok, resources...); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -281,11 +298,11 @@ func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, t
 			return ctxErr(ctx, g.Classify(err))
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		if errors.Is(err, ErrRetryable) || g.retryable(err) {
 			return g.wrapErr(ctx, "commit", err)
 		}
-		if serverError(err) || errors.Is(err, sql.ErrTxDone) {
+		if serverError(err) || tx.Done(err) {
 			// The database refused the commit, or the transaction had
 			// already ended (rolled back when ctx was cancelled).
 			return fmt.Errorf("sqlguard: commit: %w", ctxErr(ctx, err))

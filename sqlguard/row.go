@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Assign is one "column = value" of a row-column write. Value is always
@@ -65,11 +66,11 @@ type RowUpdate struct {
 // *RetryableError; the context's error. q may be a *sql.DB, in which case
 // Update runs in a transaction of its own, unless u.Single is set.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
-	n, err := g.updateRows(ctx, q, tok, u)
+	n, err := g.updateRows(ctx, querier(q), tok, u)
 	return n, g.decided(ctx, "update", err)
 }
 
-func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
+func (g *Guard) updateRows(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
 	if err := validToken(tok); err != nil {
 		return 0, err
 	}
@@ -97,7 +98,7 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 		return g.updateSingle(ctx, q, tok, u, table, col, sets)
 	}
 	var n int64
-	err = g.inTx(ctx, q, func(q DBTX) error {
+	err = g.inTx(ctx, q, func(q backend.Querier) error {
 		var err error
 		n, err = g.update(ctx, q, tok, u, table, col, sets)
 		return err
@@ -105,9 +106,9 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 	return n, err
 }
 
-func (g *Guard) update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+func (g *Guard) update(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
 	query, args := g.updateStmt(tok, u, table, col, sets)
-	if _, err := q.ExecContext(ctx, query, args...); err != nil {
+	if _, err := q.Exec(ctx, query, args...); err != nil {
 		return 0, g.wrapErr(ctx, "update "+u.Table, err)
 	}
 	// Classify with a locking read of every targeted row. The affected
@@ -119,18 +120,16 @@ func (g *Guard) update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate
 
 // updateSingle is Update for a Where that selects at most one row: one
 // guarded statement, and a read only when it changed nothing.
-func (g *Guard) updateSingle(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+func (g *Guard) updateSingle(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
 	query, args := g.updateStmt(tok, u, table, col, sets)
-	res, err := q.ExecContext(ctx, query, args...)
-	if err != nil {
+	if n, err := q.Exec(ctx, query, args...); err != nil {
 		return 0, g.wrapErr(ctx, "update "+u.Table, err)
-	}
-	if n, err := res.RowsAffected(); err == nil && n > 0 {
+	} else if n > 0 {
 		return n, nil
 	}
 	// Nothing changed: the row is missing, newer, or (MySQL without
 	// clientFoundRows) already held these values under this very token.
-	rows, err := q.QueryContext(ctx, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")", u.WhereArgs...)
+	rows, err := q.Query(ctx, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")", u.WhereArgs...)
 	if err != nil {
 		return 0, g.wrapErr(ctx, "verify "+u.Table, err)
 	}
@@ -191,8 +190,8 @@ func (g *Guard) updateStmt(tok fence.Token, u RowUpdate, table, col string, sets
 	return b.String(), args
 }
 
-func (g *Guard) verifyRows(ctx context.Context, q DBTX, tok fence.Token, name, query string, args []any) (int64, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func (g *Guard) verifyRows(ctx context.Context, q backend.Querier, tok fence.Token, name, query string, args []any) (int64, error) {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return 0, g.wrapErr(ctx, "verify "+name, err)
 	}
@@ -241,10 +240,10 @@ type RowUpsert struct {
 // WHERE). q may be a *sql.DB, in which case Upsert runs in a transaction of
 // its own.
 func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
-	return g.decided(ctx, "upsert", g.upsertRow(ctx, q, tok, u))
+	return g.decided(ctx, "upsert", g.upsertRow(ctx, querier(q), tok, u))
 }
 
-func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
+func (g *Guard) upsertRow(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
 	if err := validToken(tok); err != nil {
 		return err
 	}
@@ -269,12 +268,12 @@ func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUps
 	if err := g.verify(ctx, "upsert", tok); err != nil {
 		return err
 	}
-	return g.inTx(ctx, q, func(q DBTX) error {
+	return g.inTx(ctx, q, func(q backend.Querier) error {
 		return g.upsert(ctx, q, tok, u, table, col, keys, sets)
 	})
 }
 
-func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert, table, col string, keys, sets []string) error {
+func (g *Guard) upsert(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert, table, col string, keys, sets []string) error {
 	cols := append(append(append([]string{}, keys...), sets...), col)
 	args := make([]any, 0, len(cols))
 	phs := make([]string, 0, len(cols))
@@ -299,7 +298,7 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 	values := " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(phs, ", ") + ")"
 
 	if g.d.mysqlLike() {
-		_, err := q.ExecContext(ctx, insert+values, args...)
+		_, err := q.Exec(ctx, insert+values, args...)
 		if err == nil {
 			return nil
 		}
@@ -320,11 +319,7 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 		b.WriteString(s + " = excluded." + s + ", ")
 	}
 	b.WriteString(col + " = excluded." + col + " WHERE sg_row." + col + " <= excluded." + col + " OR sg_row." + col + " IS NULL")
-	res, err := q.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return g.wrapErr(ctx, "upsert "+u.Table, err)
-	}
-	n, err := res.RowsAffected()
+	n, err := q.Exec(ctx, b.String(), args...)
 	if err != nil {
 		return g.wrapErr(ctx, "upsert "+u.Table, err)
 	}
@@ -369,22 +364,22 @@ func (g *Guard) assignments(as []Assign, fenceCol string) ([]string, error) {
 	return out, nil
 }
 
-// inTx runs f on q, or in a transaction of its own when q is a *sql.DB, so
-// that a multi-statement step never commits halfway.
-func (g *Guard) inTx(ctx context.Context, q DBTX, f func(DBTX) error) error {
-	db, ok := q.(*sql.DB)
-	if !ok {
+// inTx runs f on q, or in a transaction of its own when q is a pool
+// (*sql.DB, *pgxpool.Pool), so that a multi-statement step never commits
+// halfway.
+func (g *Guard) inTx(ctx context.Context, q backend.Querier, f func(backend.Querier) error) error {
+	if !q.Pool() {
 		return f(q)
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := q.Begin(ctx)
 	if err != nil {
 		return g.wrapErr(ctx, "begin", err)
 	}
 	if err := f(tx); err != nil {
-		_ = tx.Rollback() // the error that matters is f's
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that matters is f's
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return g.wrapErr(ctx, "commit", err)
 	}
 	return nil

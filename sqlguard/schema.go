@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Schema returns the DDL that creates g's fence table and idempotency-key
@@ -65,15 +67,19 @@ func (g *Guard) Schema() []string {
 // existing table of the same name is left as is and checked: Migrate fails
 // with *SchemaError when it is unsafe.
 func (g *Guard) Migrate(ctx context.Context, q DBTX) error {
+	return g.migrate(ctx, querier(q))
+}
+
+func (g *Guard) migrate(ctx context.Context, q backend.Querier) error {
 	if q == nil {
 		return fmt.Errorf("%w: migrate: nil DBTX", ErrInvalid)
 	}
 	for _, stmt := range g.Schema() {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
+		if _, err := q.Exec(ctx, stmt); err != nil {
 			return g.wrapErr(ctx, "migrate", err)
 		}
 	}
-	return g.CheckSchema(ctx, q)
+	return g.checkSchema(ctx, q)
 }
 
 // CheckSchema verifies that the fence table and the idempotency-key table
@@ -83,6 +89,10 @@ func (g *Guard) Migrate(ctx context.Context, q DBTX) error {
 // compares below '9' as text and a stale token would pass), or, on MySQL
 // and MariaDB, name columns that are not binary strings.
 func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
+	return g.checkSchema(ctx, querier(q))
+}
+
+func (g *Guard) checkSchema(ctx context.Context, q backend.Querier) error {
 	if q == nil {
 		return fmt.Errorf("%w: check schema: nil DBTX", ErrInvalid)
 	}
@@ -111,6 +121,10 @@ func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
 // a 64-bit integer (SQLite: INTEGER affinity). A nullable column is
 // accepted; NULL counts as 0. It returns *SchemaError otherwise.
 func (g *Guard) CheckColumn(ctx context.Context, q DBTX, table, column string) error {
+	return g.checkColumn(ctx, querier(q), table, column)
+}
+
+func (g *Guard) checkColumn(ctx context.Context, q backend.Querier, table, column string) error {
 	if column == "" {
 		column = DefaultColumn
 	}
@@ -135,7 +149,7 @@ type colInfo struct {
 	notNull bool
 }
 
-func (g *Guard) columns(ctx context.Context, q DBTX, name string) (map[string]colInfo, error) {
+func (g *Guard) columns(ctx context.Context, q backend.Querier, name string) (map[string]colInfo, error) {
 	schema, table, qualified := strings.Cut(name, ".")
 	if !qualified {
 		schema, table = "", name
@@ -158,7 +172,7 @@ WHERE table_name = ? AND table_schema = COALESCE(NULLIF(?, ''), DATABASE())`
 		query = `SELECT name, type, "notnull" <> 0 FROM pragma_table_info(?, ?)`
 		args = []any{table, schema}
 	}
-	rows, err := q.QueryContext(ctx, query, args...)
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, g.wrapErr(ctx, "read schema of "+name, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -328,14 +329,31 @@ func validToken(tok fence.Token) error {
 	return nil
 }
 
-// needTx refuses a *sql.DB where the statement must share the caller's
-// transaction.
-func needTx(q DBTX, op string) error {
+// needTx refuses a pool (*sql.DB, *pgxpool.Pool) where the statement must
+// share the caller's transaction.
+func needTx(q backend.Querier, op string) error {
 	if q == nil {
 		return fmt.Errorf("%w: %s: nil DBTX", ErrInvalid, op)
 	}
-	if _, ok := q.(*sql.DB); ok {
-		return fmt.Errorf("%w: %s", ErrNeedTx, op)
+	if q.Pool() {
+		return fmt.Errorf("%w: %s on %s", ErrNeedTx, op, q.Kind())
 	}
 	return nil
+}
+
+// queryRow runs a query expected to return at most one row and scans it
+// into dest. found is false when there is no row.
+func queryRow(ctx context.Context, q backend.Querier, query string, args []any, dest ...any) (found bool, err error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return false, rows.Err()
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return false, err
+	}
+	return true, rows.Err()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Verifier confirms that a fencing token was issued by the lock service to
@@ -164,6 +165,10 @@ func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChang
 // and for old's lock (ErrInvalid otherwise). A reset is logged at Warn
 // with both marks ("mark_old", "mark"); the row's seq grows by one.
 func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, next fence.Token) error {
+	return g.resetMark(ctx, querier(q), resource, old, next)
+}
+
+func (g *Guard) resetMark(ctx context.Context, q backend.Querier, resource string, old, next fence.Token) error {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return err
 	}
@@ -179,12 +184,8 @@ func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, nex
 	if q == nil {
 		return fmt.Errorf("%w: reset mark: nil DBTX", ErrInvalid)
 	}
-	res, err := q.ExecContext(ctx, "UPDATE "+g.table+" SET token = "+g.ph(1)+", seq = seq + 1 WHERE resource = "+g.ph(2)+
+	n, err := q.Exec(ctx, "UPDATE "+g.table+" SET token = "+g.ph(1)+", seq = seq + 1 WHERE resource = "+g.ph(2)+
 		" AND lock_key = "+g.ph(3)+" AND token = "+g.ph(4), next.Revision, resource, old.Lock, old.Revision)
-	if err != nil {
-		return g.wrapErr(ctx, fmt.Sprintf("reset mark %q", resource), err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return g.wrapErr(ctx, fmt.Sprintf("reset mark %q", resource), err)
 	}
