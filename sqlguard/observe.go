@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/internal/promreg"
@@ -141,8 +142,10 @@ func (g *Guard) decided(ctx context.Context, op string, err error) error {
 	msg := "sqlguard: fencing token refused"
 	switch {
 	case errors.As(err, &unv):
+		// The verifier's text may quote the token, lock name included:
+		// log the lock's hash in its place.
 		attrs = []slog.Attr{logattr.Lock(unv.Token.Lock), logattr.Fence(unv.Token.Revision),
-			slog.String("error", unv.Err.Error())}
+			slog.String("error", strings.ReplaceAll(unv.Err.Error(), unv.Token.Lock, logattr.Hash(unv.Token.Lock)))}
 	case errors.As(err, &stale):
 		attrs = []slog.Attr{slog.String("resource", stale.Resource), logattr.Lock(stale.Current.Lock),
 			logattr.Fence(stale.Token.Revision), slog.Int64("mark", stale.Current.Revision)}
