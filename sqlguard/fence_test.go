@@ -265,6 +265,7 @@ func TestDetect(t *testing.T) {
 	want := map[string][]sqlguard.Dialect{
 		"sqlite":                {sqlguard.SQLite},
 		"postgres":              {sqlguard.PostgreSQL},
+		"postgres-pgbouncer":    {sqlguard.PostgreSQL},
 		"mysql-foundrows=false": {sqlguard.MariaDB, sqlguard.MySQL},
 		"mysql-foundrows=true":  {sqlguard.MariaDB, sqlguard.MySQL},
 	}
