@@ -24,6 +24,7 @@ import (
 // database/sql path, with tokens verified against a real etcd, and a
 // Guard shared with Wrap shares the counters.
 func TestObserved(t *testing.T) {
+	dsnOrSkip(t, envPG) // before starting etcd
 	cluster := etcdtest.Start(t)
 	locks, err := lease.New(etcdtest.Client(t, cluster), lease.WithTTL(5*time.Second))
 	if err != nil {
