@@ -11,6 +11,23 @@
 // MySQL and MariaDB errors are told apart by the number in the driver's
 // *mysql.MySQLError, read without importing the driver.
 //
+// Programs that use pgx directly (pgx.Tx, *pgxpool.Pool, *pgx.Conn) use
+// package sqlguard/pgxguard instead of a second pool through
+// pgx/v5/stdlib: the same Guard, statements, errors, metrics, logs and
+// verifier, with pgx's types, and a RunTx shaped like pgx.BeginTxFunc.
+// Its statements use no named prepared statements, so they stay correct
+// across schema migrations and behind PgBouncer in transaction mode.
+//
+// # Behind PgBouncer
+//
+// sqlguard needs no session state: every check and its writes are one
+// transaction, so it works through a pooler in transaction mode (tested
+// with PgBouncer 1.18, pool_mode = transaction). PgBouncer before 1.21
+// keeps no prepared statements across transactions: open the database/sql
+// pool with default_query_exec_mode=exec (or simple_protocol) in the pgx
+// connection string, and set pgx.ConnConfig.DefaultQueryExecMode likewise
+// for your own statements on the pgx path.
+//
 // # Two modes
 //
 // Fence-table mode is the general one. A table (default "fence_tokens",
