@@ -45,6 +45,11 @@
 //	MySQL, MariaDB:     INSERT ... (token 0) ON DUPLICATE KEY UPDATE resource = resource;
 //	                    UPDATE ... SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?
 //
+// A resource is bound to a lock for good: by [Guard.Bind], which declares
+// it in advance, or else by the first token that fences it, whatever its
+// lock (so a first token of the wrong lock would bind it wrongly). Bind
+// each resource when several locks or outside callers can name it.
+//
 // Several resources are fenced in sorted order, so transactions that fence
 // overlapping sets cannot deadlock on each other. [Guard.RunTx] begins the
 // transaction, fences, runs your function and commits, retrying the whole

@@ -71,3 +71,7 @@ func (e engine) CheckColumn(ctx context.Context, q backend.Querier, table, colum
 func (e engine) ResetMark(ctx context.Context, q backend.Querier, resource string, old, next fence.Token) error {
 	return e.g.resetMark(ctx, q, resource, old, next)
 }
+
+func (e engine) Bind(ctx context.Context, q backend.Querier, resource, lock string) error {
+	return e.g.bind(ctx, q, resource, lock)
+}

@@ -161,3 +161,33 @@ func ExampleGuard_Schema() {
 	// 	seq BIGINT NOT NULL DEFAULT 0
 	// )
 }
+
+// Bind declares a resource's lock before any token fences it, so that a
+// first token of another lock cannot bind the resource to its own lock.
+func ExampleGuard_Bind() {
+	ctx := context.Background()
+	db, done := openExampleDB()
+	defer done()
+
+	g, err := sqlguard.New(sqlguard.SQLite)
+	if err != nil {
+		panic(err)
+	}
+	if err := g.Migrate(ctx, db); err != nil {
+		panic(err)
+	}
+	if err := g.Bind(ctx, db, "account/alice", "accounts"); err != nil {
+		panic(err)
+	}
+	wrong := fence.Token{Lock: "payments", Revision: 7}
+	err = g.RunTx(ctx, db, nil, wrong, []string{"account/alice"}, nil)
+	var wl *sqlguard.WrongLockError
+	if errors.As(err, &wl) {
+		fmt.Printf("refused: %q is bound to lock %q\n", wl.Resource, wl.Want)
+	}
+	right := fence.Token{Lock: "accounts", Revision: 5}
+	fmt.Println(g.RunTx(ctx, db, nil, right, []string{"account/alice"}, nil))
+	// Output:
+	// refused: "account/alice" is bound to lock "accounts"
+	// <nil>
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
@@ -313,4 +314,73 @@ func (n noSQL) QueryContext(context.Context, string, ...any) (*sql.Rows, error) 
 func (n noSQL) QueryRowContext(context.Context, string, ...any) *sql.Row {
 	n.t.Error("query ran before validation")
 	return nil
+}
+
+// TestBind: a declared resource refuses a first token of another lock,
+// binding is idempotent and never changes, and bad input changes nothing.
+func TestBind(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.g.Bind(ctx, e.db, "acct", "orders"); err != nil {
+			t.Fatalf("Bind: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != (fence.Token{Lock: "orders"}) || m.Seq != 0 {
+			t.Fatalf("mark after Bind: %+v, want orders/0 seq 0", m)
+		}
+		// The first token, of another lock, is refused: without Bind it
+		// would have bound the resource to its lock.
+		err := e.fenceTx(fence.Token{Lock: "payments", Revision: 5}, "acct")
+		var we *sqlguard.WrongLockError
+		if !errors.As(err, &we) || we.Want != "orders" || !errors.Is(err, fence.ErrWrongLock) {
+			t.Fatalf("first token of another lock: got %v, want *WrongLockError for orders", err)
+		}
+		if err := e.g.Claim(ctx, e.db, fence.Token{Lock: "payments", Revision: 6}, "acct"); !errors.Is(err, sqlguard.ErrWrongLock) {
+			t.Fatalf("Claim with another lock: got %v, want ErrWrongLock", err)
+		}
+		if err := e.fenceTx(tok(5), "acct"); err != nil {
+			t.Fatalf("first token of the bound lock: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != tok(5) || m.Seq != 1 {
+			t.Fatalf("mark: %+v, want orders/5 seq 1", m)
+		}
+		// Idempotent, in a transaction too, and it never moves a mark.
+		if err := e.g.Bind(ctx, e.db, "acct", "orders"); err != nil {
+			t.Fatalf("Bind again: %v", err)
+		}
+		tx := e.begin(ctx)
+		if err := e.g.Bind(ctx, tx, "acct", "orders"); err != nil {
+			t.Fatalf("Bind in a transaction: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err = e.g.Bind(ctx, e.db, "acct", "payments")
+		if !errors.As(err, &we) || we.Want != "orders" || we.Token.Lock != "payments" {
+			t.Fatalf("Bind to another lock: got %v, want *WrongLockError", err)
+		}
+		// A resource fenced without Bind is bound by its first token.
+		if err := e.fenceTx(fence.Token{Lock: "payments", Revision: 3}, "undeclared"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.g.Bind(ctx, e.db, "undeclared", "orders"); !errors.Is(err, sqlguard.ErrWrongLock) {
+			t.Fatalf("Bind after a first token: got %v, want ErrWrongLock", err)
+		}
+		for name, err := range map[string]error{
+			"empty resource": e.g.Bind(ctx, e.db, "", "orders"),
+			"empty lock":     e.g.Bind(ctx, e.db, "x", ""),
+			"NUL lock":       e.g.Bind(ctx, e.db, "x", "a\x00"),
+			"long lock":      e.g.Bind(ctx, e.db, "x", strings.Repeat("l", fence.MaxNameLen+1)),
+			"nil DBTX":       e.g.Bind(ctx, nil, "x", "orders"),
+		} {
+			if !errors.Is(err, sqlguard.ErrInvalid) {
+				t.Errorf("%s: got %v, want ErrInvalid", name, err)
+			}
+		}
+		if _, err := e.g.Mark(ctx, e.db, "x"); !errors.Is(err, sqlguard.ErrNotFound) {
+			t.Fatalf("refused Binds created a row: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != tok(5) || m.Seq != 1 {
+			t.Fatalf("mark at the end: %+v, want orders/5 seq 1", m)
+		}
+	})
 }

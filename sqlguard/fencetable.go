@@ -39,6 +39,13 @@ type Mark struct {
 // transaction ends, so no other fenced transaction on the resource can
 // commit in between.
 //
+// The first binding rule: a resource with no row is bound, for good, to
+// the lock of the first token that fences it (Fence, RunTx or Claim),
+// whatever that lock is; every later token of another lock is refused with
+// ErrWrongLock. When a wrong first token is possible (several locks, or
+// resources named by callers), declare each resource's lock in advance
+// with Bind.
+//
 // Errors, after which the caller must roll back q:
 //   - *StaleError (ErrStale, fence.ErrStale) when a mark is newer than tok;
 //   - *WrongLockError (ErrWrongLock) when a mark is bound to another lock;
@@ -142,8 +149,9 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 	return &RetryableError{Err: fmt.Errorf("fence %q: refused, but the mark %d allows %d", resource, m.Token.Revision, tok.Revision)}
 }
 
-// Mark returns resource's mark, or an error matching ErrNotFound when no
-// token was ever accepted for it. It is a plain read: inside a transaction
+// Mark returns resource's mark, or an error matching ErrNotFound when the
+// resource was never fenced nor bound. A resource bound with Bind that no
+// token fenced yet has a mark of revision 0 and Seq 0. It is a plain read: inside a transaction
 // after Fence it shows that transaction's own advance; elsewhere it may be
 // out of date as soon as it returns. Use it for display and tests, never to
 // decide whether to write.
@@ -308,6 +316,58 @@ func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Toke
 			return fmt.Errorf("sqlguard: commit: %w", ctxErr(ctx, err))
 		}
 		return fmt.Errorf("sqlguard: commit: %w", errors.Join(ErrCommitUnknown, ctxErr(ctx, err)))
+	}
+	return nil
+}
+
+// Bind declares that resource is protected by lock: it creates the
+// resource's row in the fence table bound to lock, with no token yet
+// (revision 0, below every valid token), so that the first token of
+// another lock is refused with ErrWrongLock instead of binding the
+// resource to the wrong lock (see Fence for the first binding rule).
+//
+// Binding is idempotent: when the resource is already bound to lock, with
+// or without a mark, Bind returns nil and changes nothing. When it is bound
+// to another lock, Bind changes nothing and returns a *WrongLockError
+// whose Want is the lock it is bound to and whose Token is
+// {Lock: lock, Revision: 0}. A binding is never changed by sqlguard; to
+// move a resource to another lock, delete its row while no holder writes.
+//
+// q may be a *sql.DB: the row is inserted if absent, then read. Errors:
+// ErrInvalid before any SQL for an invalid resource or lock name;
+// *WrongLockError; *RetryableError; the context's error. Bind is not
+// counted in the decision metrics.
+func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
+	return g.bind(ctx, querier(q), resource, lock)
+}
+
+func (g *Guard) bind(ctx context.Context, q backend.Querier, resource, lock string) error {
+	if err := validText("resource name", resource, MaxResourceLen); err != nil {
+		return err
+	}
+	if err := validText("lock name", lock, fence.MaxNameLen); err != nil {
+		return err
+	}
+	if q == nil {
+		return fmt.Errorf("%w: bind: nil DBTX", ErrInvalid)
+	}
+	insert := "INSERT INTO " + g.table + " (resource, lock_key, token, seq) VALUES (" + g.ph(1) + ", " + g.ph(2) + ", 0, 0) "
+	if g.d.mysqlLike() {
+		insert += "ON DUPLICATE KEY UPDATE resource = resource"
+	} else {
+		insert += "ON CONFLICT (resource) DO NOTHING"
+	}
+	if _, err := q.Exec(ctx, insert, resource, lock); err != nil {
+		return g.wrapErr(ctx, fmt.Sprintf("bind %q", resource), err)
+	}
+	// lock_key never changes once the row exists, so a plain read after
+	// the insert tells the binding.
+	m, err := g.readMark(ctx, q, resource, false)
+	if err != nil {
+		return err
+	}
+	if m.Token.Lock != lock {
+		return &WrongLockError{Resource: resource, Token: fence.Token{Lock: lock}, Want: m.Token.Lock}
 	}
 	return nil
 }

@@ -153,6 +153,13 @@ func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, nex
 	return g.e.ResetMark(ctx, querier(q), resource, old, next)
 }
 
+// Bind declares that resource is protected by lock, so that a first
+// token of another lock is refused with sqlguard.ErrWrongLock, as
+// sqlguard.Guard.Bind does.
+func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
+	return g.e.Bind(ctx, querier(q), resource, lock)
+}
+
 // Classify returns err wrapped in a *sqlguard.RetryableError when it is a
 // *pgconn.PgError with SQLSTATE 40001, 40P01 or 55P03, and err otherwise.
 func (g *Guard) Classify(err error) error { return g.sg.Classify(err) }

@@ -360,3 +360,23 @@ func TestResetMark(t *testing.T) {
 		}
 	})
 }
+
+// Bind through pgx: a declared resource refuses another lock's first
+// token.
+func TestBind(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.g.Bind(ctx, e.pool, "acct", "orders"); err != nil {
+			t.Fatalf("Bind: %v", err)
+		}
+		if err := e.fenceTx(fence.Token{Lock: "payments", Revision: 5}, "acct"); !errors.Is(err, sqlguard.ErrWrongLock) {
+			t.Fatalf("first token of another lock: got %v, want ErrWrongLock", err)
+		}
+		if err := e.fenceTx(tok(5), "acct"); err != nil {
+			t.Fatalf("bound lock: %v", err)
+		}
+		if err := e.g.Bind(ctx, e.pool, "acct", "payments"); !errors.Is(err, sqlguard.ErrWrongLock) {
+			t.Fatalf("Bind to another lock: got %v", err)
+		}
+	})
+}

@@ -64,6 +64,7 @@ type Engine interface {
 	CheckSchema(ctx context.Context, q Querier) error
 	CheckColumn(ctx context.Context, q Querier, table, column string) error
 	ResetMark(ctx context.Context, q Querier, resource string, old, next fence.Token) error
+	Bind(ctx context.Context, q Querier, resource, lock string) error
 }
 
 // EngineOf returns the Engine of a *sqlguard.Guard. Package sqlguard sets
