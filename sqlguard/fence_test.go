@@ -384,3 +384,47 @@ func TestBind(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrateTableOnly: with WithTable alone, Migrate creates only the
+// fence table; WithRequestTable, or no table option, adds the request
+// table.
+func TestMigrateTableOnly(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		fences, reqs := e.prefix+"only", e.prefix+"only_req"
+		e.tables = append(e.tables, fences, reqs)
+		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(fences))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(g.Schema()); n != 1 {
+			t.Fatalf("Schema with WithTable only: %d statements, want 1", n)
+		}
+		if err := g.Migrate(ctx, e.db); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		if err := g.CheckSchema(ctx, e.db); err != nil {
+			t.Fatalf("CheckSchema: %v", err)
+		}
+		both, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(fences), sqlguard.WithRequestTable(reqs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := both.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
+			t.Fatalf("request table exists after a fence-table-only Migrate: CheckSchema = %v", err)
+		}
+		if err := both.Migrate(ctx, e.db); err != nil {
+			t.Fatalf("Migrate with WithRequestTable: %v", err)
+		}
+		if err := both.CheckSchema(ctx, e.db); err != nil {
+			t.Fatalf("CheckSchema with both: %v", err)
+		}
+		def, err := sqlguard.New(e.g.Dialect())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(def.Schema()); n != 2 {
+			t.Fatalf("default Schema: %d statements, want 2", n)
+		}
+	})
+}

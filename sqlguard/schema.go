@@ -10,7 +10,9 @@ import (
 
 // Schema returns the DDL that creates g's fence table and idempotency-key
 // table, one statement per element, each "CREATE TABLE IF NOT EXISTS". Run
-// it with your migration tool, or call Migrate.
+// it with your migration tool, or call Migrate. The idempotency-key table
+// is left out when g was configured with WithTable and without
+// WithRequestTable (see WithTable).
 //
 // The fence table holds one row per resource: resource (primary key),
 // lock_key (the lock the mark is bound to), token (the mark) and seq (the
@@ -20,6 +22,14 @@ import (
 // because their default collations compare "Orders" equal to "orders" and
 // ignore trailing spaces.
 func (g *Guard) Schema() []string {
+	ddl := g.schema()
+	if !g.withReq {
+		return ddl[:1]
+	}
+	return ddl
+}
+
+func (g *Guard) schema() []string {
 	switch g.d {
 	case PostgreSQL:
 		return []string{
@@ -65,7 +75,8 @@ func (g *Guard) Schema() []string {
 
 // Migrate runs Schema on q and then CheckSchema. It is idempotent. An
 // existing table of the same name is left as is and checked: Migrate fails
-// with *SchemaError when it is unsafe.
+// with *SchemaError when it is unsafe. It creates the idempotency-key table
+// only when Schema includes it (see WithTable).
 func (g *Guard) Migrate(ctx context.Context, q DBTX) error {
 	return g.migrate(ctx, querier(q))
 }
@@ -83,7 +94,7 @@ func (g *Guard) migrate(ctx context.Context, q backend.Querier) error {
 }
 
 // CheckSchema verifies that the fence table and the idempotency-key table
-// exist with safe column types. It returns *SchemaError (ErrUnsafeSchema)
+// (when Schema includes it) exist with safe column types. It returns *SchemaError (ErrUnsafeSchema)
 // for a missing table or column, a token or seq column that is not a
 // non-null 64-bit integer (on SQLite: without INTEGER affinity, where 10
 // compares below '9' as text and a stale token would pass), or, on MySQL
@@ -109,6 +120,9 @@ func (g *Guard) checkSchema(ctx context.Context, q backend.Querier) error {
 		if err := g.checkName(g.tname, c, cols); err != nil {
 			return err
 		}
+	}
+	if !g.withReq {
+		return nil
 	}
 	rcols, err := g.columns(ctx, q, g.rname)
 	if err != nil {

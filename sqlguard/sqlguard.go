@@ -125,6 +125,9 @@ type Option interface{ apply(*config) error }
 
 type config struct {
 	table, requests string
+	// tableSet and requestsSet record WithTable and WithRequestTable: the
+	// request table is part of the schema unless only WithTable was given.
+	tableSet, requestsSet bool
 	attempts        int
 	registerer      prometheus.Registerer
 	logger          *slog.Logger
@@ -138,24 +141,34 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 // WithTable sets the fence table's name (default DefaultTable). The name is
 // one identifier or "schema.table"; see the package doc for what an
 // identifier may contain.
+//
+// With WithTable and without WithRequestTable, the Guard has no
+// idempotency-key table: Schema, Migrate and CheckSchema leave it out, and
+// Record and Recorded fail on a missing table. Add WithRequestTable to use
+// idempotency keys.
 func WithTable(name string) Option {
 	return optionFunc(func(c *config) error {
 		if err := validName(name); err != nil {
 			return fmt.Errorf("fence table: %w", err)
 		}
 		c.table = name
+		c.tableSet = true
 		return nil
 	})
 }
 
 // WithRequestTable sets the idempotency-key table's name (default
-// DefaultRequestTable), with the same rules as WithTable.
+// DefaultRequestTable), with the same rules as WithTable, and makes
+// Schema, Migrate and CheckSchema include it. A Guard with neither
+// WithTable nor WithRequestTable has both tables under their default
+// names.
 func WithRequestTable(name string) Option {
 	return optionFunc(func(c *config) error {
 		if err := validName(name); err != nil {
 			return fmt.Errorf("request table: %w", err)
 		}
 		c.requests = name
+		c.requestsSet = true
 		return nil
 	})
 }
@@ -182,6 +195,7 @@ type Guard struct {
 	tname    string // unquoted, as configured
 	requests string // quoted
 	rname    string
+	withReq  bool // Schema, Migrate and CheckSchema include the request table
 	attempts int
 	met      *metrics // nil without WithMetrics
 	log      *slog.Logger
@@ -218,6 +232,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		tname:    c.table,
 		requests: quoteName(d, c.requests),
 		rname:    c.requests,
+		withReq:  c.requestsSet || !c.tableSet,
 		attempts: c.attempts,
 		met:      met,
 		log:      c.logger,
