@@ -128,10 +128,10 @@ type config struct {
 	// tableSet and requestsSet record WithTable and WithRequestTable: the
 	// request table is part of the schema unless only WithTable was given.
 	tableSet, requestsSet bool
-	attempts        int
-	registerer      prometheus.Registerer
-	logger          *slog.Logger
-	verifier        Verifier
+	attempts              int
+	registerer            prometheus.Registerer
+	logger                *slog.Logger
+	verifier              Verifier
 }
 
 type optionFunc func(*config) error
