@@ -60,6 +60,11 @@ type StaleError struct {
 	// Resource is the fenced resource: the resource name in fence-table
 	// mode, the table name in row-column mode.
 	Resource string
+	// Row names the refused row in row-column mode: the key columns and
+	// values of an Upsert ("id=j1"), or the Where and WhereArgs of an
+	// Update ("where (id = ?) [j1]"), at most 200 bytes. It is empty in
+	// fence-table mode. Logs never carry it.
+	Row string
 	// Token is the token that was refused.
 	Token fence.Token
 	// Current is the mark the database holds, read in the same transaction
@@ -68,9 +73,16 @@ type StaleError struct {
 	Current fence.Token
 }
 
+// The Error text ends with the way out of the one case where a stale token
+// is not a superseded holder: a new or restored etcd cluster.
 func (e *StaleError) Error() string {
-	return fmt.Sprintf("sqlguard: stale token for %q: lock %q revision %d is older than accepted revision %d",
-		e.Resource, e.Token.Lock, e.Token.Revision, e.Current.Revision)
+	what, reset := fmt.Sprintf("%q", e.Resource), "resets the mark, see sqlguard.Guard.ResetMark"
+	if e.Row != "" {
+		what, reset = fmt.Sprintf("table %q row %s", e.Resource, e.Row), "resets the row's fence column"
+	}
+	return fmt.Sprintf("sqlguard: stale token for %s: lock %q revision %d is older than accepted revision %d "+
+		"(if the current holder is refused too, the etcd cluster was replaced or restored and restarted its revisions: "+
+		"an operator %s)", what, e.Token.Lock, e.Token.Revision, e.Current.Revision, reset)
 }
 
 // Is reports whether target is ErrStale.

@@ -61,8 +61,11 @@ func TestFenceSemantics(t *testing.T) {
 			t.Fatalf("older (T4): got %v, want ErrStale", err)
 		}
 		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Resource != "acct" || se.Token != tok(6) || se.Current != tok(7) {
+		if !errors.As(err, &se) || se.Resource != "acct" || se.Token != tok(6) || se.Current != tok(7) || se.Row != "" {
 			t.Fatalf("StaleError: got %+v", se)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "restarted its revisions") || !strings.Contains(msg, "ResetMark") {
+			t.Fatalf("stale error does not name the new-cluster case and its recovery: %s", msg)
 		}
 		var fse *fence.StaleError
 		if !errors.As(err, &fse) || fse.Mark != tok(7) {

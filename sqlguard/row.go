@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/sqlguard/internal/backend"
@@ -100,13 +101,14 @@ func (g *Guard) updateRows(ctx context.Context, q backend.Querier, tok fence.Tok
 	var n int64
 	err = g.inTx(ctx, q, func(q backend.Querier) error {
 		var err error
-		n, err = g.update(ctx, q, tok, u, table, col, sets)
+		n, err = g.update(ctx, q, tok, u, table, col, sets, describeWhere(u.Where, u.WhereArgs))
 		return err
 	})
 	return n, err
 }
 
-func (g *Guard) update(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+// row describes the targeted rows for a *StaleError.
+func (g *Guard) update(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string, row string) (int64, error) {
 	query, args := g.updateStmt(tok, u, table, col, sets)
 	if _, err := q.Exec(ctx, query, args...); err != nil {
 		return 0, g.wrapErr(ctx, "update "+u.Table, err)
@@ -115,7 +117,7 @@ func (g *Guard) update(ctx context.Context, q backend.Querier, tok fence.Token, 
 	// count alone cannot tell stale from missing, nor (on MySQL without
 	// clientFoundRows) an unchanged row from a refused one, nor a partial
 	// multi-row update.
-	return g.verifyRows(ctx, q, tok, u.Table, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")"+g.lockingRead(), u.WhereArgs)
+	return g.verifyRows(ctx, q, tok, u.Table, row, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")"+g.lockingRead(), u.WhereArgs)
 }
 
 // updateSingle is Update for a Where that selects at most one row: one
@@ -153,7 +155,8 @@ func (g *Guard) updateSingle(ctx context.Context, q backend.Querier, tok fence.T
 	case n == 0:
 		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, u.Table)
 	case newest > tok.Revision:
-		return 0, &StaleError{Resource: u.Table, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+		return 0, &StaleError{Resource: u.Table, Row: describeWhere(u.Where, u.WhereArgs), Token: tok,
+			Current: fence.Token{Lock: tok.Lock, Revision: newest}}
 	case oldest < tok.Revision:
 		// The UPDATE would have raised it: the row appeared after it ran.
 		return 0, fmt.Errorf("%w: no row in %s matched when the update ran", ErrNotFound, u.Table)
@@ -190,7 +193,7 @@ func (g *Guard) updateStmt(tok fence.Token, u RowUpdate, table, col string, sets
 	return b.String(), args
 }
 
-func (g *Guard) verifyRows(ctx context.Context, q backend.Querier, tok fence.Token, name, query string, args []any) (int64, error) {
+func (g *Guard) verifyRows(ctx context.Context, q backend.Querier, tok fence.Token, name, row, query string, args []any) (int64, error) {
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return 0, g.wrapErr(ctx, "verify "+name, err)
@@ -212,7 +215,7 @@ func (g *Guard) verifyRows(ctx context.Context, q backend.Querier, tok fence.Tok
 	case n == 0:
 		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, name)
 	case newest > tok.Revision:
-		return 0, &StaleError{Resource: name, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+		return 0, &StaleError{Resource: name, Row: row, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
 	}
 	return n, nil
 }
@@ -307,7 +310,7 @@ func (g *Guard) upsert(ctx context.Context, q backend.Querier, tok fence.Token, 
 		}
 		// The key exists: the guarded UPDATE (which may set only the fence).
 		_, err = g.update(ctx, q, tok, RowUpdate{Table: u.Table, Column: u.Column, Set: u.Set,
-			Where: strings.Join(where, " AND "), WhereArgs: whereArgs}, table, col, sets)
+			Where: strings.Join(where, " AND "), WhereArgs: whereArgs}, table, col, sets, describeKey(u.Key))
 		return err
 	}
 
@@ -326,7 +329,7 @@ func (g *Guard) upsert(ctx context.Context, q backend.Querier, tok fence.Token, 
 	if n == 1 {
 		return nil
 	}
-	_, err = g.verifyRows(ctx, q, tok, u.Table, verify, whereArgs)
+	_, err = g.verifyRows(ctx, q, tok, u.Table, describeKey(u.Key), verify, whereArgs)
 	if err == nil {
 		// Refused, yet not newer: cannot happen while the row is locked.
 		err = &RetryableError{Err: fmt.Errorf("upsert %s: refused, but the stored fence allows %d", u.Table, tok.Revision)}
@@ -383,4 +386,37 @@ func (g *Guard) inTx(ctx context.Context, q backend.Querier, f func(backend.Quer
 		return g.wrapErr(ctx, "commit", err)
 	}
 	return nil
+}
+
+// maxRowDesc bounds StaleError.Row.
+const maxRowDesc = 200
+
+// describeWhere names the rows an Update targeted: its predicate and
+// arguments.
+func describeWhere(where string, args []any) string {
+	d := "where (" + strings.TrimSpace(where) + ")"
+	if len(args) > 0 {
+		d += " " + fmt.Sprintf("%v", args)
+	}
+	return truncate(d)
+}
+
+// describeKey names the row an Upsert targeted: its key columns and values.
+func describeKey(key []Assign) string {
+	parts := make([]string, len(key))
+	for i, a := range key {
+		parts[i] = fmt.Sprintf("%s=%v", a.Column, a.Value)
+	}
+	return truncate(strings.Join(parts, ", "))
+}
+
+func truncate(s string) string {
+	if len(s) <= maxRowDesc {
+		return s
+	}
+	cut := maxRowDesc
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
