@@ -50,6 +50,10 @@ var (
 	// did not confirm as its lock's current holder's. It is
 	// fence.ErrUnverified itself. Errors matching it are *UnverifiedError.
 	ErrUnverified = fence.ErrUnverified
+	// ErrOtherCluster reports a token refused as stale by a mark that a
+	// Guard of another etcd cluster wrote (see WithCluster). Errors
+	// matching it are *ClusterError, which match ErrStale too.
+	ErrOtherCluster = errors.New("sqlguard: mark from another etcd cluster")
 	// ErrMarkChanged reports a ResetMark whose expected old mark is not
 	// the resource's mark. Errors matching it are *MarkChangedError.
 	ErrMarkChanged = errors.New("sqlguard: mark changed")
@@ -90,6 +94,37 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
 // Unwrap returns the equivalent *fence.StaleError.
 func (e *StaleError) Unwrap() error { return &fence.StaleError{Token: e.Token, Mark: e.Current} }
+
+// ClusterError is the error for a token older than a mark that was
+// written under another etcd cluster (see WithCluster): most likely the
+// etcd cluster was replaced or restored and restarted its revisions, and
+// every holder of the new cluster is refused until an operator resets the
+// mark with Guard.ResetMark. It matches ErrOtherCluster, ErrStale and
+// fence.ErrStale.
+type ClusterError struct {
+	// Resource is the fenced resource.
+	Resource string
+	// Token is the token that was refused.
+	Token fence.Token
+	// Current is the resource's mark.
+	Current fence.Token
+	// MarkCluster is the cluster ID, in hexadecimal, recorded with the
+	// mark; Cluster is this Guard's.
+	MarkCluster, Cluster string
+}
+
+func (e *ClusterError) Error() string {
+	return fmt.Sprintf("sqlguard: stale token for %q: lock %q revision %d is older than accepted revision %d, "+
+		"which etcd cluster %s issued, not this Guard's cluster %s: a new or restored etcd cluster restarts revisions; "+
+		"an operator resets the mark with sqlguard.Guard.ResetMark",
+		e.Resource, e.Token.Lock, e.Token.Revision, e.Current.Revision, e.MarkCluster, e.Cluster)
+}
+
+// Is reports whether target is ErrOtherCluster or ErrStale.
+func (e *ClusterError) Is(target error) bool { return target == ErrOtherCluster || target == ErrStale }
+
+// Unwrap returns the equivalent *fence.StaleError.
+func (e *ClusterError) Unwrap() error { return &fence.StaleError{Token: e.Token, Mark: e.Current} }
 
 // WrongLockError is the error for a token whose lock is not the lock the
 // resource's mark is bound to.

@@ -431,3 +431,84 @@ func TestMigrateTableOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestCluster: a mark written under one etcd cluster refuses the restarted
+// revisions of a new cluster with a *ClusterError that names the recovery;
+// ResetMark moves the mark to the new cluster. Migrate adds the column to
+// a fence table made without WithCluster, and Guards without WithCluster
+// keep working on it.
+func TestCluster(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.fenceTx(tok(40), "acct"); err != nil { // before any cluster
+			t.Fatal(err)
+		}
+		withCluster := func(id uint64) *sqlguard.Guard {
+			g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
+				sqlguard.WithCluster(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		oldC, newC := withCluster(0xcdf818194e3a8c32), withCluster(0x1234)
+		if err := oldC.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
+			t.Fatalf("CheckSchema before Migrate adds cluster_id: %v", err)
+		}
+		for range 2 { // idempotent
+			if err := oldC.Migrate(ctx, e.db); err != nil {
+				t.Fatalf("Migrate adding cluster_id: %v", err)
+			}
+		}
+		fenceWith := func(g *sqlguard.Guard, tk int64) error {
+			tx := e.begin(ctx)
+			defer tx.Rollback()
+			if err := g.Fence(ctx, tx, tok(tk), "acct"); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
+		if err := fenceWith(oldC, 50); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := oldC.Mark(ctx, e.db, "acct"); err != nil || m.Cluster != "cdf818194e3a8c32" || m.Token != tok(50) {
+			t.Fatalf("Mark: %+v, %v", m, err)
+		}
+		// Same cluster, old token: plain stale.
+		var se *sqlguard.StaleError
+		if err := fenceWith(oldC, 45); !errors.As(err, &se) || errors.Is(err, sqlguard.ErrOtherCluster) {
+			t.Fatalf("old token of the same cluster: got %v, want *StaleError", err)
+		}
+		// The new cluster's first holders get revision 2 again.
+		err := fenceWith(newC, 2)
+		var ce *sqlguard.ClusterError
+		if !errors.As(err, &ce) || !errors.Is(err, sqlguard.ErrStale) || !errors.Is(err, fence.ErrStale) ||
+			ce.MarkCluster != "cdf818194e3a8c32" || ce.Cluster != "1234" || ce.Current != tok(50) {
+			t.Fatalf("new cluster's token: got %v, want *ClusterError", err)
+		}
+		if !strings.Contains(err.Error(), "ResetMark") || !strings.Contains(err.Error(), "restarts revisions") {
+			t.Fatalf("ClusterError text: %v", err)
+		}
+		// A Guard without WithCluster reads the same table and refuses
+		// with a plain *StaleError.
+		if err := e.fenceTx(tok(3), "acct"); !errors.As(err, &se) {
+			t.Fatalf("Guard without cluster: got %v, want *StaleError", err)
+		}
+		// Recovery: reset to the new cluster's holder's token.
+		if err := newC.ResetMark(ctx, e.db, "acct", tok(50), tok(2)); err != nil {
+			t.Fatalf("ResetMark: %v", err)
+		}
+		if m, err := newC.Mark(ctx, e.db, "acct"); err != nil || m.Cluster != "1234" || m.Token != tok(2) {
+			t.Fatalf("Mark after reset: %+v, %v", m, err)
+		}
+		if err := fenceWith(newC, 3); err != nil {
+			t.Fatalf("new cluster after reset: %v", err)
+		}
+		if _, err := sqlguard.New(e.g.Dialect(), sqlguard.WithCluster(0)); !errors.Is(err, sqlguard.ErrInvalid) {
+			t.Fatalf("WithCluster(0): %v", err)
+		}
+		if ddl := withCluster(1).Schema()[0]; !strings.Contains(ddl, "cluster_id") {
+			t.Fatalf("Schema with WithCluster: %s", ddl)
+		}
+	})
+}

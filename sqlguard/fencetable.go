@@ -24,6 +24,10 @@ type Mark struct {
 	// accepted Fence, so it orders the transactions that passed the fence
 	// in commit order.
 	Seq int64
+	// Cluster is the etcd cluster ID, in hexadecimal, of the Guard (see
+	// WithCluster) that last advanced or reset the mark; empty when that
+	// Guard had none, or when this Guard reads marks without WithCluster.
+	Cluster string
 }
 
 // Fence advances the marks of resources to tok inside the caller's
@@ -108,10 +112,13 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 		// One statement: insert the mark, or advance it only when the
 		// stored token is not newer and the lock matches. The conflicting
 		// row is locked even when the WHERE is false.
-		n, err = q.Exec(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq) VALUES (`+
-			g.ph(1)+", "+g.ph(2)+", "+g.ph(3)+`, 1) ON CONFLICT (resource) DO UPDATE SET token = excluded.token, seq = f.seq + 1 `+
-			`WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key`,
-			resource, tok.Lock, tok.Revision)
+		cols, vals, set, args := "", "", "", []any{resource, tok.Lock, tok.Revision}
+		if g.cluster != "" {
+			cols, vals, set, args = ", cluster_id", ", "+g.ph(4), ", cluster_id = excluded.cluster_id", append(args, g.cluster)
+		}
+		n, err = q.Exec(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq`+cols+`) VALUES (`+
+			g.ph(1)+", "+g.ph(2)+", "+g.ph(3)+`, 1`+vals+`) ON CONFLICT (resource) DO UPDATE SET token = excluded.token, seq = f.seq + 1`+set+
+			` WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key`, args...)
 	case MySQL, MariaDB:
 		// ON DUPLICATE KEY UPDATE has no WHERE, so make sure the row
 		// exists (token 0 is below every valid token), then run the guarded
@@ -123,9 +130,13 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 		if err != nil {
 			return g.wrapErr(ctx, "fence "+fmt.Sprintf("%q", resource), err)
 		}
+		set, args := "", []any{tok.Revision}
+		if g.cluster != "" {
+			set, args = ", cluster_id = ?", append(args, g.cluster)
+		}
 		n, err = q.Exec(ctx, "UPDATE "+g.table+
-			" SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?",
-			tok.Revision, resource, tok.Lock, tok.Revision)
+			" SET seq = seq + 1, token = ?"+set+" WHERE resource = ? AND lock_key = ? AND token <= ?",
+			append(args, resource, tok.Lock, tok.Revision)...)
 	}
 	if err != nil {
 		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
@@ -142,6 +153,8 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 	switch {
 	case m.Token.Lock != tok.Lock:
 		return &WrongLockError{Resource: resource, Token: tok, Want: m.Token.Lock}
+	case m.Token.Revision > tok.Revision && g.cluster != "" && m.Cluster != "" && m.Cluster != g.cluster:
+		return &ClusterError{Resource: resource, Token: tok, Current: m.Token, MarkCluster: m.Cluster, Cluster: g.cluster}
 	case m.Token.Revision > tok.Revision:
 		return &StaleError{Resource: resource, Token: tok, Current: m.Token}
 	}
@@ -170,12 +183,21 @@ func (g *Guard) mark(ctx context.Context, q backend.Querier, resource string) (M
 }
 
 func (g *Guard) readMark(ctx context.Context, q backend.Querier, resource string, locking bool) (Mark, error) {
-	query := "SELECT lock_key, token, seq FROM " + g.table + " WHERE resource = " + g.ph(1)
+	cols := "lock_key, token, seq"
+	m := Mark{Resource: resource}
+	var cluster sql.NullString
+	dest := []any{&m.Token.Lock, &m.Token.Revision, &m.Seq}
+	if g.cluster != "" {
+		// Guards without WithCluster work on tables without the column.
+		cols += ", cluster_id"
+		dest = append(dest, &cluster)
+	}
+	query := "SELECT " + cols + " FROM " + g.table + " WHERE resource = " + g.ph(1)
 	if locking {
 		query += g.lockingRead()
 	}
-	m := Mark{Resource: resource}
-	found, err := queryRow(ctx, q, query, []any{resource}, &m.Token.Lock, &m.Token.Revision, &m.Seq)
+	found, err := queryRow(ctx, q, query, []any{resource}, dest...)
+	m.Cluster = cluster.String
 	switch {
 	case err == nil && !found:
 		return Mark{}, fmt.Errorf("%w: no mark for resource %q", ErrNotFound, resource)

@@ -23,6 +23,10 @@ import (
 // ignore trailing spaces.
 func (g *Guard) Schema() []string {
 	ddl := g.schema()
+	if g.cluster != "" {
+		i := strings.LastIndex(ddl[0], "\n)")
+		ddl[0] = ddl[0][:i] + ",\n\tcluster_id " + g.clusterType() + ddl[0][i:]
+	}
 	if !g.withReq {
 		return ddl[:1]
 	}
@@ -90,7 +94,37 @@ func (g *Guard) migrate(ctx context.Context, q backend.Querier) error {
 			return g.wrapErr(ctx, "migrate", err)
 		}
 	}
+	if g.cluster != "" {
+		// A fence table made before WithCluster lacks the column.
+		cols, err := g.columns(ctx, q, g.tname)
+		if err != nil {
+			return err
+		}
+		if _, ok := cols["cluster_id"]; !ok {
+			_, err := q.Exec(ctx, "ALTER TABLE "+g.table+" ADD COLUMN cluster_id "+g.clusterType())
+			if err != nil {
+				// A concurrent Migrate may have added it; CheckSchema tells.
+				if cols, cerr := g.columns(ctx, q, g.tname); cerr != nil || !hasCol(cols, "cluster_id") {
+					return g.wrapErr(ctx, "migrate: add cluster_id", err)
+				}
+			}
+		}
+	}
 	return g.checkSchema(ctx, q)
+}
+
+func hasCol(cols map[string]colInfo, name string) bool {
+	_, ok := cols[name]
+	return ok
+}
+
+// clusterType is the type of the fence table's cluster_id column: a
+// nullable string, compared in Go.
+func (g *Guard) clusterType() string {
+	if g.d.mysqlLike() {
+		return "VARBINARY(32) NULL"
+	}
+	return "TEXT"
 }
 
 // CheckSchema verifies that the fence table and the idempotency-key table
@@ -120,6 +154,9 @@ func (g *Guard) checkSchema(ctx context.Context, q backend.Querier) error {
 		if err := g.checkName(g.tname, c, cols); err != nil {
 			return err
 		}
+	}
+	if g.cluster != "" && !hasCol(cols, "cluster_id") {
+		return &SchemaError{Table: g.tname, Column: "cluster_id", Reason: "column does not exist (WithCluster needs it; Migrate adds it)"}
 	}
 	if !g.withReq {
 		return nil

@@ -132,6 +132,7 @@ type config struct {
 	registerer            prometheus.Registerer
 	logger                *slog.Logger
 	verifier              Verifier
+	cluster               string
 }
 
 type optionFunc func(*config) error
@@ -185,6 +186,28 @@ func WithMaxAttempts(n int) Option {
 	})
 }
 
+// WithCluster records id, the ID of the etcd cluster that issues the
+// Guard's tokens (the ClusterId of any etcd response header, e.g.
+// clientv3.Client.MemberList(ctx).Header.ClusterId), with every mark the
+// Guard advances or resets, in the fence table's cluster_id column (Migrate
+// adds it to an existing table). A token refused as stale by a mark that
+// another cluster's Guard wrote is then reported as a *ClusterError
+// (ErrOtherCluster, and ErrStale too): a new or restored etcd cluster
+// starts revisions again, so every holder of it is refused until an
+// operator resets the mark with ResetMark. id must not be 0. Without
+// WithCluster, marks carry no cluster and such a refusal is a plain
+// *StaleError whose text names this case. Row-column mode records no
+// cluster.
+func WithCluster(id uint64) Option {
+	return optionFunc(func(c *config) error {
+		if id == 0 {
+			return fmt.Errorf("%w: cluster ID 0", ErrInvalid)
+		}
+		c.cluster = strconv.FormatUint(id, 16)
+		return nil
+	})
+}
+
 // Guard writes fenced statements in one dialect. It holds no connection and
 // no state besides its configuration (and the metrics and logger of
 // WithMetrics and WithLogger, and the verified tokens of WithVerifier),
@@ -195,7 +218,8 @@ type Guard struct {
 	tname    string // unquoted, as configured
 	requests string // quoted
 	rname    string
-	withReq  bool // Schema, Migrate and CheckSchema include the request table
+	withReq  bool   // Schema, Migrate and CheckSchema include the request table
+	cluster  string // WithCluster's ID in hexadecimal, or ""
 	attempts int
 	met      *metrics // nil without WithMetrics
 	log      *slog.Logger
@@ -233,6 +257,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		requests: quoteName(d, c.requests),
 		rname:    c.requests,
 		withReq:  c.requestsSet || !c.tableSet,
+		cluster:  c.cluster,
 		attempts: c.attempts,
 		met:      met,
 		log:      c.logger,

@@ -152,8 +152,9 @@ func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChang
 // ResetMark sets resource's mark in the fence table back from old to
 // next: the recovery from a poisoned mark, a token no acquisition made
 // (written before a verifier was configured, or from an etcd cluster
-// restored without --bump-revision), which refuses every real holder as
-// stale. It is an operator's action, never part of normal operation: it
+// restored without --bump-revision, or from the etcd cluster a new one
+// replaced, which restarts revisions), which refuses every real holder as
+// stale. With WithCluster the reset mark records this Guard's cluster. It is an operator's action, never part of normal operation: it
 // can let a superseded holder write again, so pick next as the current
 // holder's token (or lower) and stop the writers of the old mark first.
 //
@@ -184,8 +185,14 @@ func (g *Guard) resetMark(ctx context.Context, q backend.Querier, resource strin
 	if q == nil {
 		return fmt.Errorf("%w: reset mark: nil DBTX", ErrInvalid)
 	}
-	n, err := q.Exec(ctx, "UPDATE "+g.table+" SET token = "+g.ph(1)+", seq = seq + 1 WHERE resource = "+g.ph(2)+
-		" AND lock_key = "+g.ph(3)+" AND token = "+g.ph(4), next.Revision, resource, old.Lock, old.Revision)
+	set, args := "", []any{next.Revision}
+	if g.cluster != "" {
+		// The reset mark belongs to this Guard's cluster from now on.
+		set, args = ", cluster_id = "+g.ph(2), append(args, g.cluster)
+	}
+	i := len(args)
+	n, err := q.Exec(ctx, "UPDATE "+g.table+" SET token = "+g.ph(1)+set+", seq = seq + 1 WHERE resource = "+g.ph(i+1)+
+		" AND lock_key = "+g.ph(i+2)+" AND token = "+g.ph(i+3), append(args, resource, old.Lock, old.Revision)...)
 	if err != nil {
 		return g.wrapErr(ctx, fmt.Sprintf("reset mark %q", resource), err)
 	}
