@@ -61,11 +61,15 @@
 // NULL)" to your parenthesised predicate. It needs no extra table but
 // compares revisions only (no lock binding), cannot fence DELETE (use a
 // tombstone flag), and on a refusal reads the rows back to tell a stale
-// token ([ErrStale]) from a missing row ([ErrNotFound]).
+// token ([ErrStale]) from a missing row ([ErrNotFound]); its
+// [*StaleError] names the row ([StaleError.Row]).
 //
 // [Guard.Record] stores an idempotency key in the same transaction and
 // refuses a repeat with [ErrDuplicate]: the fencing token stops a late
-// holder, the key stops the same request from being applied twice.
+// holder, the key stops the same request from being applied twice. Keys
+// live in their own table (default "fence_requests"), which Migrate
+// creates unless the Guard was configured with [WithTable] alone: add
+// [WithRequestTable] to use keys with a custom fence table.
 //
 // # Guarantees
 //
@@ -139,7 +143,12 @@
 //     then writes fails with SQLITE_BUSY_SNAPSHOT, which is retryable.
 //   - Marks are only as durable as the database: promoting an asynchronous
 //     replica can lose advances, and restoring etcd from a snapshot
-//     without --bump-revision can hand out old revisions again.
+//     without --bump-revision can hand out old revisions again. A new
+//     etcd cluster (a fresh embedded etcd, a rebuilt cluster) restarts
+//     revisions at 2, so marks of the old one refuse every new holder as
+//     stale until an operator resets them with [Guard.ResetMark]; with
+//     [WithCluster] each mark records the cluster ID and that refusal is a
+//     distinct [*ClusterError] ([ErrOtherCluster]).
 //   - A COMMIT interrupted by a lost connection has an unknown outcome
 //     ([ErrCommitUnknown]); use [Guard.Record] to make a re-run safe.
 //   - Only modernc.org/sqlite errors are classified for SQLite; other
