@@ -380,3 +380,32 @@ func TestBind(t *testing.T) {
 		}
 	})
 }
+
+// WithCluster through pgx: a new cluster's restarted revision is a
+// *ClusterError; ResetMark recovers.
+func TestCluster(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		oldC, newC := e.guard(sqlguard.WithCluster(0xa1)), e.guard(sqlguard.WithCluster(0xb2))
+		if err := oldC.Migrate(ctx, e.pool); err != nil {
+			t.Fatal(err)
+		}
+		if err := oldC.Claim(ctx, e.pool, tok(30), "acct"); err != nil {
+			t.Fatal(err)
+		}
+		err := newC.Claim(ctx, e.pool, tok(2), "acct")
+		var ce *sqlguard.ClusterError
+		if !errors.As(err, &ce) || !errors.Is(err, sqlguard.ErrStale) || ce.MarkCluster != "a1" {
+			t.Fatalf("new cluster: got %v, want *ClusterError", err)
+		}
+		if err := newC.ResetMark(ctx, e.pool, "acct", tok(30), tok(2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := newC.Claim(ctx, e.pool, tok(2), "acct"); err != nil {
+			t.Fatalf("after reset: %v", err)
+		}
+		if m, err := newC.Mark(ctx, e.pool, "acct"); err != nil || m.Cluster != "b2" {
+			t.Fatalf("Mark: %+v, %v", m, err)
+		}
+	})
+}
