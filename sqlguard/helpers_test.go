@@ -93,7 +93,12 @@ func dsnOrSkip(t *testing.T, env string) string {
 		if os.Getenv(envRequire) == "1" {
 			t.Fatalf("%s is not set and %s=1", env, envRequire)
 		}
-		t.Skipf("%s not set; set it to run against a real database (and %s=1 to make that mandatory)", env, envRequire)
+		hint := "set it to run against a real database"
+		if env == envPgBouncer {
+			hint = "set it to a PgBouncer in pool_mode = transaction in front of the server of " + envPG +
+				" (bash .ci/run starts one: postgres://postgres@127.0.0.1:6432/test?sslmode=disable)"
+		}
+		t.Skipf("%s not set; %s (and %s=1 to make that mandatory)", env, hint, envRequire)
 	}
 	return dsn
 }
