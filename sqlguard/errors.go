@@ -33,9 +33,9 @@ var (
 	// with a revision <= 0 (it also matches fence.ErrInvalid), an empty or
 	// oversized name, or a malformed identifier.
 	ErrInvalid = errors.New("sqlguard: invalid argument")
-	// ErrNeedTx reports a *sql.DB passed where the statement must run in
-	// the caller's transaction.
-	ErrNeedTx = errors.New("sqlguard: needs a transaction (*sql.Tx or *sql.Conn), not *sql.DB")
+	// ErrNeedTx reports a pool (*sql.DB, or *pgxpool.Pool on the pgx path)
+	// passed where the statement must run in the caller's transaction.
+	ErrNeedTx = errors.New("sqlguard: needs a transaction, not a pool (*sql.DB, *pgxpool.Pool)")
 	// ErrUnsafeSchema reports a table whose columns would let a stale token
 	// through or are missing. Errors matching it are *SchemaError.
 	ErrUnsafeSchema = errors.New("sqlguard: unsafe schema")

@@ -57,7 +57,7 @@ type Mark struct {
 //     run the whole transaction again with the same token (see RunTx);
 //   - ErrInvalid (and fence.ErrInvalid for the token) before any SQL, for an
 //     invalid token, no resources, or a bad resource name;
-//   - ErrNeedTx when q is a *sql.DB;
+//   - ErrNeedTx when q is a *sql.DB (a *pgxpool.Pool on the pgx path);
 //   - the context's error (matchable with errors.Is) when ctx ends, for
 //     example during a lock wait; database/sql then rolls back a
 //     transaction begun with that context.
