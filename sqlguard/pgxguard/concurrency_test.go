@@ -93,3 +93,35 @@ func TestStressProperty(t *testing.T) {
 		t.Logf("%d accepted, %d stale, violations 0", accepted.Load(), stale.Load())
 	})
 }
+
+// TestCancelDuringLockWait: a Fence waiting on the row lock of a newer
+// holder's open transaction returns the context's error when its ctx
+// ends, and changes nothing; the holder's transaction commits.
+func TestCancelDuringLockWait(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.fenceTx(tok(5), "acct"); err != nil {
+			t.Fatal(err)
+		}
+		holder, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback(ctx)
+		if err := e.g.Fence(ctx, holder, tok(7), "acct"); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		err = e.g.RunTx(wctx, e.pool, pgx.TxOptions{}, tok(6), []string{"acct"}, nil)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("waiting Fence: got %v, want context.DeadlineExceeded", err)
+		}
+		if err := holder.Commit(ctx); err != nil {
+			t.Fatalf("holder commit: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != tok(7) || m.Seq != 2 {
+			t.Fatalf("mark %+v, want 7 seq 2", m)
+		}
+	})
+}
