@@ -28,6 +28,13 @@
 // connection string, and set pgx.ConnConfig.DefaultQueryExecMode likewise
 // for your own statements on the pgx path.
 //
+// pgx/v5/stdlib caches prepared statements per connection (pgx's default
+// mode), sqlguard's included: after a migration that changes a column's
+// type, the next run of a cached statement fails once with SQLSTATE 0A000
+// "cached plan must not change result type". sqlguard classifies it as
+// [ErrRetryable], so [Guard.RunTx] runs the transaction again and gets the
+// new schema's results.
+//
 // # Two modes
 //
 // Fence-table mode is the general one. A table (default "fence_tokens",

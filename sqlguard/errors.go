@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -205,7 +206,10 @@ func (e *SchemaError) Is(target error) bool { return target == ErrUnsafeSchema }
 // a fenced transaction; RunTx applies it to whatever its function returns.
 //
 // Retryable: PostgreSQL SQLSTATE 40001 (serialization failure), 40P01
-// (deadlock), 55P03 (lock not available, e.g. lock_timeout); MySQL and
+// (deadlock), 55P03 (lock not available, e.g. lock_timeout), and 0A000
+// "cached plan must not change result type" (a statement pgx prepared
+// before a migration changed a column's type; pgx drops it, and a re-run
+// prepares it again; recognised in PostgreSQL's English message text); MySQL and
 // MariaDB 1213 (deadlock), 1205 (lock wait timeout), 1020 (record changed
 // since last read, MariaDB snapshot isolation); SQLite SQLITE_BUSY and
 // SQLITE_LOCKED with any extended code (including BUSY_SNAPSHOT), from
@@ -228,6 +232,11 @@ func (g *Guard) retryable(err error) bool {
 			switch pe.SQLState() {
 			case "40001", "40P01", "55P03":
 				return true
+			case "0A000":
+				// A statement pgx cached before a migration changed its
+				// result type; pgx has dropped it, and a re-run prepares it
+				// again. 0A000 alone is any unsupported feature.
+				return strings.Contains(err.Error(), "cached plan must not change result type")
 			}
 		}
 	case MySQL, MariaDB:

@@ -161,7 +161,9 @@ func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
 }
 
 // Classify returns err wrapped in a *sqlguard.RetryableError when it is a
-// *pgconn.PgError with SQLSTATE 40001, 40P01 or 55P03, and err otherwise.
+// *pgconn.PgError with SQLSTATE 40001, 40P01 or 55P03 (or 0A000 "cached
+// plan must not change result type": a statement of yours that pgx cached
+// before a migration), and err otherwise, as sqlguard.Guard.Classify does.
 func (g *Guard) Classify(err error) error { return g.sg.Classify(err) }
 
 // execMode is how sqlguard's own statements run: one round trip with an

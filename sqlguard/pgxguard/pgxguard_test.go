@@ -129,6 +129,10 @@ func TestClassify(t *testing.T) {
 			t.Errorf("Classify(%s): retryable %v, want %v", code, got, want)
 		}
 	}
+	cached := &pgconn.PgError{Severity: "ERROR", Code: "0A000", Message: "cached plan must not change result type"}
+	if !errors.Is(g.Classify(cached), sqlguard.ErrRetryable) {
+		t.Error("a cached plan invalidated by a migration is not retryable")
+	}
 	if g.Classify(nil) != nil {
 		t.Error("Classify(nil) != nil")
 	}
