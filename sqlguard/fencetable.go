@@ -162,10 +162,11 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 	return &RetryableError{Err: fmt.Errorf("fence %q: refused, but the mark %d allows %d", resource, m.Token.Revision, tok.Revision)}
 }
 
-// Mark returns resource's mark, or an error matching ErrNotFound when the
-// resource was never fenced nor bound. A resource bound with Bind that no
-// token fenced yet has a mark of revision 0 and Seq 0. It is a plain read: inside a transaction
-// after Fence it shows that transaction's own advance; elsewhere it may be
+// Mark returns resource's mark, or an error matching ErrNotFound (and
+// fence.ErrNoMark, as guard's Mark) when the resource was never fenced nor
+// bound. A resource bound with Bind that no token fenced yet has a mark of
+// revision 0 and Seq 0. It is a plain read: inside a transaction after
+// Fence it shows that transaction's own advance; elsewhere it may be
 // out of date as soon as it returns. Use it for display and tests, never to
 // decide whether to write.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error) {
@@ -200,7 +201,7 @@ func (g *Guard) readMark(ctx context.Context, q backend.Querier, resource string
 	m.Cluster = cluster.String
 	switch {
 	case err == nil && !found:
-		return Mark{}, fmt.Errorf("%w: no mark for resource %q", ErrNotFound, resource)
+		return Mark{}, fmt.Errorf("%w (%w): resource %q", ErrNotFound, fence.ErrNoMark, resource)
 	case err != nil:
 		return Mark{}, g.wrapErr(ctx, fmt.Sprintf("read mark %q", resource), err)
 	}
