@@ -46,7 +46,9 @@ func trials(def int) int {
 //     Done came first.
 func BenchmarkLossSignal(b *testing.B) {
 	cl, cli := benchEtcd(b)
-	ctx := context.Background()
+	// Benchmarks have no -timeout: bound every wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	target := strings.TrimPrefix(cl.Members[0].ClientURL, "http://")
 
 	b.Run("fencekit/revoke", func(b *testing.B) {
@@ -58,7 +60,7 @@ func BenchmarkLossSignal(b *testing.B) {
 			}
 			id := clientv3.LeaseID(recordOf(b, cli, "loss-revoke-fk/", l).Lease)
 			return l.Done(), func() error { _, err := cli.Revoke(ctx, id); return err }
-		})
+		}, nil)
 	})
 	b.Run("etcdmutex/revoke", func(b *testing.B) {
 		var last *concurrency.Session
@@ -75,7 +77,7 @@ func BenchmarkLossSignal(b *testing.B) {
 				b.Fatal(err)
 			}
 			return s.Done(), func() error { _, err := cli.Revoke(ctx, s.Lease()); return err }
-		})
+		}, nil)
 		last.Close()
 	})
 	for _, kind := range []string{"delete", "overwrite"} {
@@ -95,12 +97,13 @@ func BenchmarkLossSignal(b *testing.B) {
 					_, err := cli.Put(ctx, key, "intruder#1", clientv3.WithIgnoreLease())
 					return err
 				}
+			}, func() error {
+				// An overwritten record is no longer the holder's to
+				// delete, and would head the queue of the next trial:
+				// the intruder removes it.
+				_, err := cli.Delete(ctx, prefix, clientv3.WithPrefix())
+				return err
 			})
-			// The overwritten record is no longer the holder's to
-			// delete; clear it so the prefix is left empty.
-			if _, err := cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
-				b.Fatal(err)
-			}
 		})
 	}
 	b.Run("fencekit/partition", func(b *testing.B) {
@@ -172,8 +175,9 @@ func recordOf(b *testing.B, cli *clientv3.Client, prefix string, l *lease.Lease)
 
 // signalTrials runs n trials of setup, which holds a lock and returns its
 // Done channel and the action that takes it away, and reports the median
-// and the slowest time from starting the action to Done.
-func signalTrials(b *testing.B, n int, setup func() (<-chan struct{}, func() error)) {
+// and the slowest time from starting the action to Done. after, when not
+// nil, runs after each trial, untimed.
+func signalTrials(b *testing.B, n int, setup func() (<-chan struct{}, func() error), after func() error) {
 	b.Helper()
 	lat := make([]float64, 0, n)
 	for range n {
@@ -188,6 +192,11 @@ func signalTrials(b *testing.B, n int, setup func() (<-chan struct{}, func() err
 			b.Fatal("Done never closed")
 		}
 		lat = append(lat, ms(time.Since(start)))
+		if after != nil {
+			if err := after(); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(lat), "ms/signal")
