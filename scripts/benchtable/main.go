@@ -107,7 +107,18 @@ func parse(r io.Reader) (*results, error) {
 			res.vals[rw][unit] = append(res.vals[rw][unit], v)
 		}
 	}
+	slices.SortStableFunc(res.rows, func(a, b row) int { return benchRank(a.bench) - benchRank(b.bench) })
 	return res, sc.Err()
+}
+
+// benchOrder is the order of benchmarks in the tables; others follow.
+var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Guard", "LossSignal", "ManyLocks"}
+
+func benchRank(bench string) int {
+	if i := slices.Index(benchOrder, bench); i >= 0 {
+		return i
+	}
+	return len(benchOrder)
 }
 
 // get combines the values of one metric over runs: the minimum for a
@@ -341,7 +352,7 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 // otherUnits lists, per non-interleaved benchmark, the units shown and in
 // which order.
 var otherUnits = map[string][]string{
-	"LossSignal": {"ms/signal", "max-ms/signal", "early_pct", "margin_ms", "median-margin_ms", "trials"},
+	"LossSignal": {"ms/signal", "max-ms/signal", "early_pct", "margin_ms", "median-margin_ms"},
 	"ManyLocks":  {"acquires/s", "heapB/lock", "keepalives/s", "watchers"},
 }
 

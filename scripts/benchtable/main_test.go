@@ -13,13 +13,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // sample is shaped like `go test -bench` output of integration/bench_*_test.go
 // (metrics sorted by unit, as the testing package prints them).
 const sample = `goos: linux
+BenchmarkGuard/http-2   1   0.00209 fencekit-cpu-ms/op   0.00880 fencekit-ms/op   0.00027 floor-cpu-ms/op   0.000200 floor-ms/op   5000 ops/block   7.3 ratio:fencekit/floor   11.8 ratio:fencekit/floor-max   6.7 ratio:fencekit/floor-min   20 rounds
 BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   1.90 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.12 ratio:fencekit/etcdmutex   1.30 ratio:fencekit/etcdmutex-max   0.90 ratio:fencekit/etcdmutex-min   1.40 ratio:fencekit/floor   1.80 ratio:fencekit/floor-max   1.30 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
 BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   1.70 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.02 ratio:fencekit/etcdmutex   1.10 ratio:fencekit/etcdmutex-max   0.80 ratio:fencekit/etcdmutex-min   1.00 ratio:fencekit/floor   1.05 ratio:fencekit/floor-max   0.95 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
 BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   9.00 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.04 ratio:fencekit/etcdmutex   1.12 ratio:fencekit/etcdmutex-max   0.85 ratio:fencekit/etcdmutex-min   1.05 ratio:fencekit/floor   1.09 ratio:fencekit/floor-max   0.97 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
 BenchmarkFanout/N=256-2   1   1.2 etcdmutex-cpu-ms/op   1.8 etcdmutex-ms/op   47.5 fencekit-cpu-ms/op   31.4 fencekit-ms/op   1.41 fencekit@0-cpu-ms/op   1.37 fencekit@0-ms/op   25 ops/block   17.4 ratio:fencekit/etcdmutex   19 ratio:fencekit/etcdmutex-max   15 ratio:fencekit/etcdmutex-min   22.9 ratio:fencekit/fencekit@0   25 ratio:fencekit/fencekit@0-max   20 ratio:fencekit/fencekit@0-min   34 cpuratio:fencekit/etcdmutex   40 cpuratio:fencekit/etcdmutex-max   30 cpuratio:fencekit/etcdmutex-min   33 cpuratio:fencekit/fencekit@0   36 cpuratio:fencekit/fencekit@0-max   31 cpuratio:fencekit/fencekit@0-min   20 rounds
 BenchmarkHandoff/n=2-2   1   4.8 etcdmutex-cpu-ms/op   45 etcdmutex-ms/op   1.2 fencekit-cpu-ms/op   1.5 fencekit-ms/op   20 ops/block   30 ratio:etcdmutex/fencekit   33 ratio:etcdmutex/fencekit-max   19 ratio:etcdmutex/fencekit-min   0.69 ratio:fencekit/uncontended   1.02 ratio:fencekit/uncontended-max   0.59 ratio:fencekit/uncontended-min   12 rounds   1.5 uncontended-cpu-ms/op   2.07 uncontended-ms/op
 BenchmarkHandoff/n=64-2   1   3.8 etcdmutex-cpu-ms/op   6.1 etcdmutex-ms/op   13.5 fencekit-cpu-ms/op   23.5 fencekit-ms/op   20 ops/block   0.26 ratio:etcdmutex/fencekit   0.31 ratio:etcdmutex/fencekit-max   0.25 ratio:etcdmutex/fencekit-min   9.84 ratio:fencekit/uncontended   13.7 ratio:fencekit/uncontended-max   5.4 ratio:fencekit/uncontended-min   12 rounds   1.4 uncontended-cpu-ms/op   2.03 uncontended-ms/op
-BenchmarkGuard/http-2   1   0.00209 fencekit-cpu-ms/op   0.00880 fencekit-ms/op   0.00027 floor-cpu-ms/op   0.000200 floor-ms/op   5000 ops/block   7.3 ratio:fencekit/floor   11.8 ratio:fencekit/floor-max   6.7 ratio:fencekit/floor-min   20 rounds
 BenchmarkLossSignal/fencekit/partition-2   1   100 early_pct   589.4 margin_ms   6 trials
 BenchmarkLossSignal/etcdmutex/partition-2  1   66.67 early_pct   -508.4 margin_ms   6 trials
 BenchmarkLossSignal/fencekit/overwrite-2   1   1.5 ms/signal   60 max-ms/signal   10 trials
@@ -41,6 +41,15 @@ func TestTable(t *testing.T) {
 	}
 	if got := res.vals[row{"LossSignal", "partition"}]["etcdmutex-early_pct"]; len(got) != 1 || got[0] != 66.67 {
 		t.Errorf("etcdmutex partition early_pct = %v", got)
+	}
+	var order []string
+	for _, rw := range res.rows {
+		if len(order) == 0 || order[len(order)-1] != rw.bench {
+			order = append(order, rw.bench)
+		}
+	}
+	if got := strings.Join(order, ","); got != "Cycle,Fanout,Handoff,Guard,LossSignal,ManyLocks" {
+		t.Errorf("row order %s", got)
 	}
 	var out bytes.Buffer
 	write(&out, res, "test machine", "cmd")
