@@ -246,7 +246,6 @@ func writeTimings(w io.Writer, res *results) {
 		ops, _ := res.get(rw, "ops/block")
 		wall := map[string]string{}
 		cpu := map[string]string{}
-		var refs []string
 		for _, a := range res.arms(rw) {
 			cell := func(unit string) string {
 				v, _ := res.get(rw, a+unit)
@@ -260,7 +259,6 @@ func writeTimings(w io.Writer, res *results) {
 				wall[a], cpu[a] = cell("-ms/op"), cell("-cpu-ms/op")
 				continue
 			}
-			refs = append(refs, a)
 			wall["ref"] += sep(wall["ref"]) + cell("-ms/op")
 			cpu["ref"] += sep(cpu["ref"]) + cell("-cpu-ms/op")
 		}
