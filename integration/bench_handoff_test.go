@@ -159,7 +159,7 @@ func (r *relay) wait() error {
 }
 
 // stop lets every contender acquire once more, release and leave.
-func (r *relay) stop(b *testing.B) {
+func (r *relay) stop(tb testing.TB) {
 	r.halt.Store(true)
 	select {
 	case r.gate <- struct{}{}:
@@ -170,7 +170,7 @@ func (r *relay) stop(b *testing.B) {
 	select {
 	case <-done:
 	case <-time.After(relayTimeout):
-		b.Error("relay: contenders did not finish")
+		tb.Error("relay: contenders did not finish")
 	}
 	r.cancel()
 }
