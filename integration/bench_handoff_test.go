@@ -158,19 +158,23 @@ func (r *relay) wait() error {
 	}
 }
 
-// stop lets every contender acquire once more, release and leave.
+// stop lets every contender acquire once more, release and leave. If
+// they do not finish in time (a contender failed and left the lock held),
+// it cancels their Acquires.
 func (r *relay) stop(tb testing.TB) {
 	r.halt.Store(true)
 	select {
 	case r.gate <- struct{}{}:
-	case <-time.After(relayTimeout):
+	case <-time.After(10 * time.Second):
 	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(relayTimeout):
-		tb.Error("relay: contenders did not finish")
+		tb.Error("relay: contenders did not finish; cancelling them")
+		r.cancel()
+		<-done
 	}
 	r.cancel()
 }
