@@ -27,6 +27,7 @@ desc="scripts/bench.sh"
 for v in COUNT ROUNDS TRIALS BENCH; do
   if [[ -n "${!v:-}" ]]; then desc="$v=${!v} $desc"; fi
 done
+if [[ -n "${FENCEKIT_PG_DSN:-}" ]]; then desc="FENCEKIT_PG_DSN=<local PostgreSQL> $desc"; fi
 start=$(date +%s)
 go test ./integration -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 60m | tee "$out"
 took=$(( $(date +%s) - start ))
