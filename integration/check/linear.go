@@ -52,8 +52,10 @@ const (
 	OK Outcome = iota + 1
 	// Stale: the resource refused the token as older than its mark.
 	Stale
-	// Unverified: the resource refused a token newer than its mark that
-	// it could not verify as the lock's current holder's.
+	// Unverified: the resource refused a token that it could not verify
+	// as the lock's current holder's. guard asks only about tokens newer
+	// than the mark, sqlguard about any token it has not verified yet: it
+	// is legal whatever the mark.
 	Unverified
 	// Unknown: no answer (a time-out, a lost reply, a write delivered
 	// late): the operation may or may not have taken effect, at any time
@@ -135,7 +137,7 @@ type regState struct{ mark, value int64 }
 // mark to the token. An admitted OpWrite sets the value; an admitted OpRead
 // returns it; an OpPlainRead returns it whatever its token, and changes
 // nothing; an OpClaim only raises the mark. Refusals change nothing: Stale is
-// legal iff the token is below the mark, Unverified iff it is above. An
+// legal iff the token is below the mark, Unverified always. An
 // Unknown operation takes effect if its token is admitted (with no
 // return, the checker may also place it after everything else, where it
 // changes nothing anyone saw).
@@ -163,7 +165,7 @@ var FencedRegister = porcupine.Model{
 		case Stale:
 			return o.Token < s.mark, s
 		case Unverified:
-			return o.Token > s.mark, s
+			return true, s
 		default:
 			return true, next
 		}
