@@ -34,20 +34,25 @@ const (
 // defaultRun is the time the phases of TestSafety run for, in total,
 // without FENCEKIT_SOAK. Setup and teardown add a few seconds. Without
 // FENCEKIT_SOAK, a phase that has not reached its share of targetOps by
-// then runs on, up to its share of maxRun (under the race detector,
-// typically).
+// then runs on, up to its share of maxRun (maxRunRace under the race
+// detector, which slows the workers down).
 const (
 	defaultRun = 26 * time.Second
 	maxRun     = 45 * time.Second
+	maxRunRace = 60 * time.Second
 	targetOps  = 10000 // guarded read-modify-write cycles per run
 )
 
 // Shards (independent locks, each with its own resource) per line: the
 // guarded lines carry the volume; the controls need only show that the
-// faults bite.
+// faults bite. The race detector makes every operation several times
+// dearer in CPU: with as many shards, the workers would starve their own
+// lease renewals.
 const (
-	guardedShards = 64
-	controlShards = 8
+	guardedShards     = 64
+	controlShards     = 8
+	guardedShardsRace = 24
+	controlShardsRace = 6
 )
 
 // porcupineWait bounds the linearizability check of one shard's history.
@@ -128,6 +133,9 @@ func (s *totals) line() string {
 // TestSafety is the Jepsen-style safety suite: see the package doc.
 func TestSafety(t *testing.T) {
 	run, limit := defaultRun, maxRun
+	if raceDetector {
+		limit = maxRunRace
+	}
 	if v := os.Getenv(envSoak); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -484,8 +492,13 @@ type phaseEnv struct {
 
 // shards returns how many shards a line has.
 func (e *phaseEnv) shards(guarded bool) int {
-	if guarded {
+	switch {
+	case guarded && raceDetector:
+		return guardedShardsRace
+	case guarded:
 		return guardedShards
+	case raceDetector:
+		return controlShardsRace
 	}
 	return controlShards
 }

@@ -627,7 +627,7 @@ func q(d sqlguard.Dialect, query string) string {
 }
 
 // sqlConns bounds the connections of one worker's pool for one line.
-const sqlConns = 6
+const sqlConns = 4
 
 func sqlErr(err error) error {
 	switch {
