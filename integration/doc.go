@@ -23,9 +23,11 @@
 //
 // Every resource runs twice at once on the same workers and faults:
 // guarded, and unguarded (the same writes without the fence) as the
-// negative control. Each of these lines is sharded: a guarded line has 64
-// independent locks, each protecting its own register or row (24 under
-// the race detector), a control 8 (6). Workers are two goroutines of the
+// negative control. Each of these lines is sharded: the guarded lines
+// share 128 independent locks (48 under the race detector), each
+// protecting its own register or row — 64 per workload by default, 32
+// when the PostgreSQL and MySQL workloads run too — and a control has 8
+// (6). Workers are two goroutines of the
 // test process and two worker processes (the test binary executed again;
 // TestMain dispatches them), each with its own etcd client behind its own
 // fault proxies and its own lease.Client, and each running a loop for

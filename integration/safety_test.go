@@ -44,14 +44,16 @@ const (
 )
 
 // Shards (independent locks, each with its own resource) per line: the
-// guarded lines carry the volume; the controls need only show that the
-// faults bite. The race detector makes every operation several times
-// dearer in CPU: with as many shards, the workers would starve their own
-// lease renewals.
+// guarded lines carry the volume, sharing guardedShards between the
+// workloads (64 each for the register and SQLite; 32 each when the
+// PostgreSQL and MySQL workloads run too); the controls need only show
+// that the faults bite. The race detector makes every operation several
+// times dearer in CPU: with as many shards, the workers would starve their
+// own lease renewals.
 const (
-	guardedShards     = 64
+	guardedShards     = 128
 	controlShards     = 8
-	guardedShardsRace = 24
+	guardedShardsRace = 48
 	controlShardsRace = 6
 )
 
@@ -273,7 +275,7 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 	defer admin.Close()
 
 	// Resources: two lines (guarded, unguarded) per workload.
-	env := &phaseEnv{t: t, dir: t.TempDir(), run: fmt.Sprintf("fks%x", rand.Uint32()), etcd: admin}
+	env := &phaseEnv{t: t, dir: t.TempDir(), run: fmt.Sprintf("fks%x", rand.Uint32()), etcd: admin, workloads: len(workloads)}
 	var lines []line
 	for _, w := range workloads {
 		ls, cleanup := w.setup(ctx, env)
@@ -488,15 +490,17 @@ type phaseEnv struct {
 	dir  string           // temporary directory of the phase
 	run  string           // unique name prefix of the phase
 	etcd *clientv3.Client // the phase's cluster, for resources' verifiers
+	// workloads counts the workloads of the run.
+	workloads int
 }
 
 // shards returns how many shards a line has.
 func (e *phaseEnv) shards(guarded bool) int {
 	switch {
 	case guarded && raceDetector:
-		return guardedShardsRace
+		return guardedShardsRace / e.workloads
 	case guarded:
-		return guardedShards
+		return guardedShards / e.workloads
 	case raceDetector:
 		return controlShardsRace
 	}
