@@ -77,9 +77,12 @@
 //
 //	SAFETY workload=register mode=guarded locks=64 ops=7059 ops/s=217 accepted=6304 rejected=79 faults=compacted-watch:2,delay:2,delete-key:8,leader-kill:1,lost-replies:2,member-crash:1,member-restart:3,member-switch:1,partition:3,pause:8,revoke:4,slow-writer:6 violations=0 lost=0 porcupine=linearizable
 //
-// and a total:
+// and totals, the second counting the Release and Reenter calls whose
+// outcome was unknown, the other calls made on their leases before the
+// retry, and the retries that settled:
 //
 //	SAFETY total guarded ops=11362 ops/s=349 fault-kinds=12 run=37.5s
+//	SAFETY lease release-reenter unknown-outcomes=1104 calls-between=740 retries-settled=252
 //
 // ops counts read-modify-write cycles started, ops/s per second of the
 // phases' run time, accepted those whose write was acknowledged, rejected
@@ -99,9 +102,7 @@
 // porcupine=linearizable after at least eight kinds of fault, every
 // unguarded line shows violations (an unguarded run that finds none means
 // the faults did not bite), and every fault kind of the rotation took
-// effect at least once. The log also counts, per line, the unknown
-// outcomes of Release and Reenter, the calls made between them and their
-// retries, and the retries that settled.
+// effect at least once.
 //
 // # Duration
 //

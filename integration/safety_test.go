@@ -92,6 +92,9 @@ type totals struct {
 	faults                  map[string]int
 	examples                []string
 	ran                     time.Duration // phases' run time, summed
+	// Release and Reenter: unknown outcomes, calls made before the
+	// retry, retries that settled
+	unknown, between, settled int
 	// porcupine: shards checked, found not linearizable, timed out
 	linChecked, linBad, linUnknown int
 	linOps                         int
@@ -178,7 +181,7 @@ func TestSafety(t *testing.T) {
 	}
 	took := time.Since(start).Round(100 * time.Millisecond)
 
-	var guardedOps int
+	var guardedOps, unknown, between, settled int
 	var ran time.Duration
 	kinds := map[string]bool{}
 	for _, key := range order {
@@ -188,6 +191,9 @@ func TestSafety(t *testing.T) {
 		for k := range s.faults {
 			kinds[k] = true
 		}
+		unknown += s.unknown
+		between += s.between
+		settled += s.settled
 		switch s.mode {
 		case "guarded":
 			guardedOps += s.ops
@@ -213,6 +219,7 @@ func TestSafety(t *testing.T) {
 		}
 	}
 	fmt.Printf("SAFETY total guarded ops=%d ops/s=%.0f fault-kinds=%d run=%v\n", guardedOps, float64(guardedOps)/ran.Seconds(), len(kinds), took)
+	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d\n", unknown, between, settled)
 	for _, k := range allKinds {
 		if !kinds[k] {
 			t.Errorf("fault %s never took effect in this run", k)
@@ -447,6 +454,9 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 		tot.rejected += sum.rejected
 		tot.failed += sum.failed
 		tot.late += sum.late
+		tot.unknown += sum.unknown
+		tot.between += sum.between
+		tot.settled += sum.resolved
 		for k, c := range n.counts[i] {
 			tot.faults[k] += c
 		}
