@@ -263,11 +263,14 @@ func (w *lineWorker) loop(ctx context.Context) {
 			holds++
 		}
 		w.hold(ctx, l)
-		for range holds {
+		for i := range holds {
 			// Not owner / not found after a fault: expected, and the
 			// lease has ended.
 			if w.settle(ctx, l, "release", l.Release) != nil {
 				break
+			}
+			if i == holds-1 {
+				w.released(l)
 			}
 		}
 		w.send(evEnded, 0)
@@ -316,6 +319,29 @@ func (w *lineWorker) settle(ctx context.Context, l *lease.Lease, what string, ca
 		}
 	}
 	return err
+}
+
+// releasedWait bounds the wait for Done after the last Release returned
+// nil; it closes before Release returns.
+const releasedWait = time.Second
+
+// released checks lease's promise for a last Release that returned nil,
+// retried or not: the lease has ended, as released — never as lost to
+// someone else's delete, overwrite or takeover (issue 20: a holder's own
+// release whose reply was lost must not look like that). ErrDeadline is
+// accepted: the Client may give a lease up at its local validity deadline
+// while the Release is on its way, and the Release then still succeeds.
+func (w *lineWorker) released(l *lease.Lease) {
+	t := time.NewTimer(releasedWait)
+	defer t.Stop()
+	select {
+	case <-l.Done():
+		if err := l.Err(); !errors.Is(err, lease.ErrReleased) && !errors.Is(err, lease.ErrDeadline) {
+			w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evBad, Msg: "release returned nil, but the lease ended with: " + err.Error()})
+		}
+	case <-t.C:
+		w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evBad, Msg: "release returned nil, but the lease has not ended"})
+	}
 }
 
 // hold does up to maxCycles read-modify-write cycles under l. Like
