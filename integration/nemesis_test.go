@@ -28,6 +28,9 @@ const (
 	linkDelay     = 400 * time.Millisecond
 	slowHold      = 1500 * time.Millisecond
 	memberHold    = 1500 * time.Millisecond
+	slowHeal      = 2 * time.Second // a heal that takes longer is logged
+	firstRestart1 = 3 * time.Second  // one member: before the first restart
+	restartGap1   = 10 * time.Second // one member: between restarts
 )
 
 // nemesis injects the faults of one phase and counts them per line.
@@ -72,8 +75,12 @@ func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration,
 	sleep(ctx, hold)
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	start := time.Now()
 	if err := f.Heal(hctx); err != nil {
 		n.t.Errorf("nemesis: heal %s: %v", f.Kind(), err)
+	}
+	if d := time.Since(start); d > slowHeal {
+		n.t.Logf("nemesis: heal %s took %v", f.Kind(), d.Round(time.Millisecond))
 	}
 }
 
@@ -258,18 +265,26 @@ func (n *nemesis) revoke(ctx context.Context) {
 }
 
 // clusterFaults restarts members from their data dirs and, with three
-// members, crashes followers and kills leaders, until ctx ends.
+// members, crashes followers and kills leaders, until ctx ends. With one
+// member a restart stops the whole cluster, and every lease with it: it
+// comes once every restartGap1, after a first stretch of ordinary work.
 func (n *nemesis) clusterFaults(ctx context.Context) {
 	members := n.cluster.Members()
-	for i := n.phase; ctx.Err() == nil; i++ {
+	if len(members) == 1 {
+		sleep(ctx, firstRestart1)
+		for ctx.Err() == nil {
+			n.apply(ctx, faults.RestartMember(members[0]), 0, n.allLines())
+			sleep(ctx, restartGap1+time.Duration(rand.IntN(2000))*time.Millisecond)
+		}
+		return
+	}
+	for i := 0; ctx.Err() == nil; i++ {
 		var (
 			f    faults.Fault
 			hold = memberHold
 		)
-		switch {
-		case len(members) == 1 || i%3 == 2:
-			f, hold = faults.RestartMember(members[rand.IntN(len(members))]), 0
-		case i%3 == 0:
+		switch i % 3 {
+		case 0:
 			var followers []faults.Member
 			for _, m := range members {
 				if !m.IsLeader() {
@@ -277,18 +292,16 @@ func (n *nemesis) clusterFaults(ctx context.Context) {
 				}
 			}
 			f = faults.CrashMember(followers[rand.IntN(len(followers))])
-		default:
+		case 1:
 			f = faults.KillLeader(n.cluster.FaultMembers()...)
+		default:
+			f, hold = faults.RestartMember(members[rand.IntN(len(members))]), 0
 		}
 		n.apply(ctx, f, hold, n.allLines())
 		// Let the restarted member catch up before the next one goes.
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_ = n.cluster.WaitLeader(wctx)
 		cancel()
-		pause := 1500 * time.Millisecond
-		if len(members) == 1 {
-			pause = 6 * time.Second // the whole cluster went down
-		}
-		sleep(ctx, pause+time.Duration(rand.IntN(1000))*time.Millisecond)
+		sleep(ctx, time.Duration(1500+rand.IntN(1000))*time.Millisecond)
 	}
 }

@@ -94,7 +94,7 @@ type totals struct {
 	ran                     time.Duration // phases' run time, summed
 	// Release and Reenter: unknown outcomes, calls made before the
 	// retry, retries that settled
-	unknown, between, settled int
+	unknown, between, settled, lostRace int
 	// porcupine: shards checked, found not linearizable, timed out
 	linChecked, linBad, linUnknown int
 	linOps                         int
@@ -181,7 +181,7 @@ func TestSafety(t *testing.T) {
 	}
 	took := time.Since(start).Round(100 * time.Millisecond)
 
-	var guardedOps, unknown, between, settled int
+	var guardedOps, unknown, between, settled, lostRace int
 	var ran time.Duration
 	kinds := map[string]bool{}
 	for _, key := range order {
@@ -194,6 +194,7 @@ func TestSafety(t *testing.T) {
 		unknown += s.unknown
 		between += s.between
 		settled += s.settled
+		lostRace += s.lostRace
 		switch s.mode {
 		case "guarded":
 			guardedOps += s.ops
@@ -219,7 +220,7 @@ func TestSafety(t *testing.T) {
 		}
 	}
 	fmt.Printf("SAFETY total guarded ops=%d ops/s=%.0f fault-kinds=%d run=%v\n", guardedOps, float64(guardedOps)/ran.Seconds(), len(kinds), took)
-	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d\n", unknown, between, settled)
+	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d released-but-lost=%d\n", unknown, between, settled, lostRace)
 	for _, k := range allKinds {
 		if !kinds[k] {
 			t.Errorf("fault %s never took effect in this run", k)
@@ -382,6 +383,7 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 	nem.Go(func() { n.clusterFaults(nctx) })
 	began := time.Now()
 	sleep(ctx, b.min)
+	t.Logf("after %v: %d guarded cycles (want %d)", time.Since(began).Round(time.Millisecond), rec.guardedOps(), b.want)
 	for time.Since(began) < b.max && rec.guardedOps() < b.want && ctx.Err() == nil {
 		sleep(ctx, 500*time.Millisecond)
 	}
@@ -457,6 +459,7 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 		tot.unknown += sum.unknown
 		tot.between += sum.between
 		tot.settled += sum.resolved
+		tot.lostRace += sum.lostRace
 		for k, c := range n.counts[i] {
 			tot.faults[k] += c
 		}
@@ -536,6 +539,7 @@ type workload struct {
 type lineStats struct {
 	ops, rejected, failed, late int
 	unknown, between, resolved  int // of Release and Reenter
+	lostRace                    int // released, but ended as lost
 	acked                       []int64
 	history                     []check.Op
 }
@@ -548,6 +552,7 @@ func (s *lineStats) add(o *lineStats) {
 	s.unknown += o.unknown
 	s.between += o.between
 	s.resolved += o.resolved
+	s.lostRace += o.lostRace
 	s.acked = append(s.acked, o.acked...)
 }
 
@@ -605,6 +610,8 @@ func (r *recorder) record(ev event) {
 		s.between++
 	case evResolved:
 		s.resolved++
+	case evLostRace:
+		s.lostRace++
 	case evBad:
 		if len(r.bad) < 20 {
 			r.bad = append(r.bad, fmt.Sprintf("worker %d, %s shard %d: %s", ev.Worker, r.specs[ev.Line].Lock, ev.Shard, ev.Msg))

@@ -119,6 +119,7 @@ const (
 	evBetween  = "mid"  // another call on the lease before retrying it
 	evResolved = "res"  // a retried Release or Reenter settled
 	evBad      = "bad"  // an error outside lease's documented set
+	evLostRace = "race" // released (nil), but the lease ended as lost on its own
 )
 
 // Refusals by the resource's fence: errStale and errUnverified match
@@ -328,15 +329,21 @@ const releasedWait = time.Second
 // released checks lease's promise for a last Release that returned nil,
 // retried or not: the lease has ended, as released — never as lost to
 // someone else's delete, overwrite or takeover (issue 20: a holder's own
-// release whose reply was lost must not look like that). ErrDeadline is
-// accepted: the Client may give a lease up at its local validity deadline
-// while the Release is on its way, and the Release then still succeeds.
+// release whose reply was lost must not look like that). A lease that the
+// Client ended on its own while the Release was on its way — at its local
+// validity deadline, or because its session was revoked just after the
+// Release deleted the record — is counted (evLostRace), not failed: no
+// one else took the lock from it, but lease reports the wrong cause.
 func (w *lineWorker) released(l *lease.Lease) {
 	t := time.NewTimer(releasedWait)
 	defer t.Stop()
 	select {
 	case <-l.Done():
-		if err := l.Err(); !errors.Is(err, lease.ErrReleased) && !errors.Is(err, lease.ErrDeadline) {
+		switch err := l.Err(); {
+		case errors.Is(err, lease.ErrReleased):
+		case errors.Is(err, lease.ErrDeadline) || errors.Is(err, lease.ErrSessionExpired):
+			w.send(evLostRace, 0)
+		default:
 			w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evBad, Msg: "release returned nil, but the lease ended with: " + err.Error()})
 		}
 	case <-t.C:
