@@ -28,7 +28,7 @@ const (
 	linkDelay     = 400 * time.Millisecond
 	slowHold      = 1500 * time.Millisecond
 	memberHold    = 1500 * time.Millisecond
-	slowHeal      = 2 * time.Second // a heal that takes longer is logged
+	slowHeal      = 2 * time.Second  // a heal that takes longer is logged
 	firstRestart1 = 3 * time.Second  // one member: before the first restart
 	restartGap1   = 10 * time.Second // one member: between restarts
 )
