@@ -94,7 +94,8 @@ type totals struct {
 	ran                     time.Duration // phases' run time, summed
 	// Release and Reenter: unknown outcomes, calls made before the
 	// retry, retries that settled
-	unknown, between, settled, lostRace int
+	unknown, between, settled int
+	lostRace                  map[string]int
 	// porcupine: shards checked, found not linearizable, timed out
 	linChecked, linBad, linUnknown int
 	linOps                         int
@@ -121,16 +122,21 @@ func (s *totals) opsPerSec() float64 {
 	return float64(s.ops) / s.ran.Seconds()
 }
 
-func (s *totals) line() string {
-	kinds := slices.Sorted(maps.Keys(s.faults))
+// counts prints m as k:n,k:n in the order of the keys, or "none".
+func counts(m map[string]int) string {
+	kinds := slices.Sorted(maps.Keys(m))
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%s:%d", k, s.faults[k]))
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
 	}
-	f := strings.Join(parts, ",")
-	if f == "" {
-		f = "none"
+	if len(parts) == 0 {
+		return "none"
 	}
+	return strings.Join(parts, ",")
+}
+
+func (s *totals) line() string {
+	f := counts(s.faults)
 	return fmt.Sprintf("SAFETY workload=%s mode=%s locks=%d ops=%d ops/s=%.0f accepted=%d rejected=%d faults=%s violations=%d lost=%d porcupine=%s",
 		s.workload, s.mode, s.shards, s.ops, s.opsPerSec(), s.accepted, s.rejected, f, s.violations, s.lost, s.verdict())
 }
@@ -181,7 +187,8 @@ func TestSafety(t *testing.T) {
 	}
 	took := time.Since(start).Round(100 * time.Millisecond)
 
-	var guardedOps, unknown, between, settled, lostRace int
+	var guardedOps, unknown, between, settled int
+	lostRace := map[string]int{}
 	var ran time.Duration
 	kinds := map[string]bool{}
 	for _, key := range order {
@@ -194,7 +201,9 @@ func TestSafety(t *testing.T) {
 		unknown += s.unknown
 		between += s.between
 		settled += s.settled
-		lostRace += s.lostRace
+		for k, c := range s.lostRace {
+			lostRace[k] += c
+		}
 		switch s.mode {
 		case "guarded":
 			guardedOps += s.ops
@@ -220,7 +229,7 @@ func TestSafety(t *testing.T) {
 		}
 	}
 	fmt.Printf("SAFETY total guarded ops=%d ops/s=%.0f fault-kinds=%d run=%v\n", guardedOps, float64(guardedOps)/ran.Seconds(), len(kinds), took)
-	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d released-but-lost=%d\n", unknown, between, settled, lostRace)
+	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d released-but-lost=%s\n", unknown, between, settled, counts(lostRace))
 	for _, k := range allKinds {
 		if !kinds[k] {
 			t.Errorf("fault %s never took effect in this run", k)
@@ -459,7 +468,12 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 		tot.unknown += sum.unknown
 		tot.between += sum.between
 		tot.settled += sum.resolved
-		tot.lostRace += sum.lostRace
+		for k, c := range sum.lostRace {
+			if tot.lostRace == nil {
+				tot.lostRace = map[string]int{}
+			}
+			tot.lostRace[k] += c
+		}
 		for k, c := range n.counts[i] {
 			tot.faults[k] += c
 		}
@@ -538,8 +552,8 @@ type workload struct {
 // lineStats is what the workers of one shard of a line reported.
 type lineStats struct {
 	ops, rejected, failed, late int
-	unknown, between, resolved  int // of Release and Reenter
-	lostRace                    int // released, but ended as lost
+	unknown, between, resolved  int            // of Release and Reenter
+	lostRace                    map[string]int // released, but ended as lost: by cause
 	acked                       []int64
 	history                     []check.Op
 }
@@ -552,7 +566,12 @@ func (s *lineStats) add(o *lineStats) {
 	s.unknown += o.unknown
 	s.between += o.between
 	s.resolved += o.resolved
-	s.lostRace += o.lostRace
+	for k, c := range o.lostRace {
+		if s.lostRace == nil {
+			s.lostRace = map[string]int{}
+		}
+		s.lostRace[k] += c
+	}
 	s.acked = append(s.acked, o.acked...)
 }
 
@@ -611,7 +630,10 @@ func (r *recorder) record(ev event) {
 	case evResolved:
 		s.resolved++
 	case evLostRace:
-		s.lostRace++
+		if s.lostRace == nil {
+			s.lostRace = map[string]int{}
+		}
+		s.lostRace[ev.Msg]++
 	case evBad:
 		if len(r.bad) < 20 {
 			r.bad = append(r.bad, fmt.Sprintf("worker %d, %s shard %d: %s", ev.Worker, r.specs[ev.Line].Lock, ev.Shard, ev.Msg))
