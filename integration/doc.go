@@ -111,7 +111,7 @@
 //
 // Without FENCEKIT_SOAK, each phase runs at least its share of 26 s and
 // then until the guarded lines have started their share of 10,000
-// cycles, but no longer than its share of 45 s (60 s under the race
+// cycles, but no longer than its share of 45 s (40 s under the race
 // detector, which slows the workers several times over: expect fewer
 // cycles there). Set FENCEKIT_SOAK to a Go duration to run for exactly
 // that long instead, for example

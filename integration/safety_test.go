@@ -39,7 +39,7 @@ const (
 const (
 	defaultRun = 26 * time.Second
 	maxRun     = 45 * time.Second
-	maxRunRace = 60 * time.Second
+	maxRunRace = 40 * time.Second
 	targetOps  = 10000 // guarded read-modify-write cycles per run
 )
 
