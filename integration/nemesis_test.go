@@ -29,6 +29,7 @@ const (
 	slowHold      = 1500 * time.Millisecond
 	memberHold    = 1500 * time.Millisecond
 	slowHeal      = 2 * time.Second  // a heal that takes longer is logged
+	compactTries  = 5                // locks compacted-watch tries to take
 	firstRestart1 = 3 * time.Second  // one member: before the first restart
 	restartGap1   = 10 * time.Second // one member: between restarts
 )
@@ -60,12 +61,12 @@ func (n *nemesis) allLines() []int {
 // the injection took effect; an injection that found nothing to disrupt,
 // or failed, is not counted. A heal that fails fails the test: the rest of
 // the run would not be what it claims.
-func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration, lines []int) {
+func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration, lines []int) bool {
 	if err := f.Inject(ctx); err != nil {
 		if !errors.Is(err, faults.ErrNoTarget) && ctx.Err() == nil {
 			n.t.Logf("nemesis: inject %s: %v (not counted)", f.Kind(), err)
 		}
-		return
+		return false
 	}
 	n.mu.Lock()
 	for _, l := range lines {
@@ -82,6 +83,7 @@ func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration,
 	if d := time.Since(start); d > slowHeal {
 		n.t.Logf("nemesis: heal %s took %v", f.Kind(), d.Round(time.Millisecond))
 	}
+	return true
 }
 
 // busiest returns the worker among ws that holds the most locks (ties
@@ -138,7 +140,13 @@ func (n *nemesis) linkFaults(ctx context.Context) {
 		case faults.KindPartition:
 			f, hold = faults.Partition(w.proxies...), partitionHold
 		case faults.KindCompactedWatch:
-			f, hold = faults.CompactedWatch(n.admin, n.heldPrefix(w), w.proxies...), partitionHold
+			// The lock picked may have changed hands by the time
+			// the fault looks: try a few.
+			for range compactTries {
+				if n.apply(ctx, faults.CompactedWatch(n.admin, n.heldPrefix(w), w.proxies...), partitionHold, n.allLines()) {
+					break
+				}
+			}
 		case faults.KindLostReplies:
 			f, hold = faults.LostReplies(w.proxies...), lostHold
 		case faults.KindDelay:
@@ -148,7 +156,9 @@ func (n *nemesis) linkFaults(ctx context.Context) {
 			cut := append(append([]*faults.Proxy(nil), w.proxies[:keep]...), w.proxies[keep+1:]...)
 			f, hold = faults.SwitchMember(w.proxies[keep], cut...), partitionHold
 		}
-		n.apply(ctx, f, hold, n.allLines())
+		if f != nil {
+			n.apply(ctx, f, hold, n.allLines())
+		}
 		sleep(ctx, time.Duration(1000+rand.IntN(500))*time.Millisecond)
 	}
 }

@@ -27,6 +27,12 @@ const compactFillers = 8
 func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) Fault {
 	heal := each(proxies, false, (*Proxy).Resume, (*Proxy).ResetConns)
 	return &funcFault{kind: KindCompactedWatch, heal: heal, inject: func(ctx context.Context) (err error) {
+		// Find the holder first, so that a lock nobody holds costs the
+		// holder's links nothing.
+		key, rev, _, err := Holder(ctx, cli, lockPrefix)
+		if err != nil {
+			return err
+		}
 		if err := each(proxies, true, (*Proxy).Blackhole)(ctx); err != nil {
 			return err
 		}
@@ -35,19 +41,25 @@ func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) 
 				_ = heal(ctx)
 			}
 		}()
-		if err := DeleteHolder(cli, lockPrefix).Inject(ctx); err != nil {
-			return err
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("faults: delete holder's record: %w", err)
+		}
+		if !resp.Succeeded {
+			return ErrNoTarget // released or replaced meanwhile
 		}
 		for i := range compactFillers {
 			if _, err := cli.Put(ctx, ScratchKey, fmt.Sprint(i)); err != nil {
 				return fmt.Errorf("faults: write before compacting: %w", err)
 			}
 		}
-		resp, err := cli.Delete(ctx, ScratchKey)
+		del, err := cli.Delete(ctx, ScratchKey)
 		if err != nil {
 			return fmt.Errorf("faults: write before compacting: %w", err)
 		}
-		if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		if _, err := cli.Compact(ctx, del.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 			return fmt.Errorf("faults: compact: %w", err)
 		}
 		return nil
