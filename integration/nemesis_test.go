@@ -30,6 +30,7 @@ const (
 	memberHold    = 1500 * time.Millisecond
 	slowHeal      = 2 * time.Second  // a heal that takes longer is logged
 	compactTries  = 5                // locks compacted-watch tries to take
+	revokeTries   = 5                // holders revoke tries to find
 	firstRestart1 = 3 * time.Second  // one member: before the first restart
 	restartGap1   = 10 * time.Second // one member: between restarts
 )
@@ -228,6 +229,9 @@ func (n *nemesis) holders(ctx context.Context) map[shardKey]clientv3.LeaseID {
 	}
 	resp, err := n.admin.Get(ctx, lease.DefaultPrefix, clientv3.WithPrefix())
 	if err != nil {
+		if ctx.Err() == nil {
+			n.t.Logf("nemesis: find holders: %v", err)
+		}
 		return nil
 	}
 	held := map[shardKey]clientv3.LeaseID{}
@@ -250,9 +254,21 @@ func (n *nemesis) holders(ctx context.Context) map[shardKey]clientv3.LeaseID {
 // the records of every lock its worker holds: the revocation counts for
 // each line where it held one.
 func (n *nemesis) revoke(ctx context.Context) {
+	// A holder may be gone by the time the fault looks, or etcd may be
+	// restarting: try a few times.
+	for range revokeTries {
+		if n.revokeOnce(ctx) || !sleep(ctx, 200*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// revokeOnce revokes the lease of a random shard's holder, and reports
+// whether it did.
+func (n *nemesis) revokeOnce(ctx context.Context) bool {
 	held := n.holders(ctx)
 	if len(held) == 0 {
-		return
+		return false
 	}
 	var ks []shardKey
 	for k := range held {
@@ -271,7 +287,7 @@ func (n *nemesis) revoke(ctx context.Context) {
 			affected = append(affected, l)
 		}
 	}
-	n.apply(ctx, faults.RevokeHolder(n.admin, n.lockPrefix(target.line, target.shard)), 0, affected)
+	return n.apply(ctx, faults.RevokeHolder(n.admin, n.lockPrefix(target.line, target.shard)), 0, affected)
 }
 
 // clusterFaults restarts members from their data dirs and, with three
