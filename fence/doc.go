@@ -34,6 +34,21 @@
 // "42:orders". The revision is decimal without sign or leading zeros. The
 // name is percent-encoded: bytes other than ASCII letters, digits and
 // "-._~/" are written as %XX with upper-case hex. The form is pure ASCII,
-// suits HTTP headers and gRPC metadata, and round-trips for any lock name.
+// suits HTTP headers and gRPC metadata, and round-trips for any valid lock
+// name.
 // Parse accepts only the canonical form, so one token has one text.
+//
+// # Lock names
+//
+// [ValidateName] is the one rule for lock names in this module: 1 to
+// [MaxNameLen] (256) bytes of UTF-8, without "/" and without control
+// characters. Package lease refuses other names at Acquire, guard refuses
+// a Target bound to one, and a token carrying one is invalid.
+//
+// # No mark
+//
+// A resource that has accepted no token has no mark. Where a mark is read
+// (guard's Mark and stores), "no mark" is an error matching [ErrNoMark],
+// never a zero Token that a caller could mistake for a mark; only [Check]
+// and [Max] take the zero Token to mean "nothing accepted yet".
 package fence

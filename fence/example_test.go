@@ -51,3 +51,13 @@ func ExampleNewContext() {
 	fmt.Println(t, ok)
 	// Output: 7:orders true
 }
+
+// Lock names follow one rule across the module.
+func ExampleValidateName() {
+	fmt.Println(fence.ValidateName("orders"))
+	err := fence.ValidateName("orders/eu")
+	fmt.Println(errors.Is(err, fence.ErrInvalidName), err)
+	// Output:
+	// <nil>
+	// true fence: invalid lock name "orders/eu": contains "/"
+}

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
-// MaxNameLen is the longest lock name, in bytes, that a Token may carry.
-const MaxNameLen = 512
+// MaxNameLen is the longest lock name, in bytes. It is the one limit of
+// the module: lease, guard and sqlguard refuse longer names too.
+const MaxNameLen = 256
 
 var (
 	// ErrStale reports a token older than the mark a resource already
@@ -18,9 +21,16 @@ var (
 	// ErrWrongLock reports a token for a different lock than the one the
 	// resource is bound to. Errors matching it are *WrongLockError.
 	ErrWrongLock = errors.New("fence: token is for a different lock")
-	// ErrInvalid reports a token that no acquisition can have made: an
-	// empty or oversized lock name, or a revision <= 0.
+	// ErrInvalid reports a token that no acquisition can have made: a
+	// revision <= 0, or a lock name that ValidateName refuses.
 	ErrInvalid = errors.New("fence: invalid token")
+	// ErrInvalidName reports a lock name that ValidateName refuses. Errors
+	// matching it are *NameError, and also match ErrInvalid.
+	ErrInvalidName = errors.New("fence: invalid lock name")
+	// ErrNoMark reports a resource that has accepted no token yet: it has
+	// no mark. guard's Mark and its stores return errors matching it,
+	// never a zero Token.
+	ErrNoMark = errors.New("fence: no mark")
 	// ErrSyntax reports text that is not a token's canonical text form.
 	// Errors matching it are *SyntaxError.
 	ErrSyntax = errors.New("fence: malformed token text")
@@ -48,15 +58,58 @@ type Token struct {
 func (t Token) IsZero() bool { return t == Token{} }
 
 // Validate returns nil when t could have been made by an acquisition, and an
-// error matching ErrInvalid otherwise.
+// error matching ErrInvalid otherwise: for a revision <= 0, or a lock name
+// ValidateName refuses (then the error is a *NameError).
 func (t Token) Validate() error {
-	switch {
-	case t.Revision <= 0:
+	if t.Revision <= 0 {
 		return fmt.Errorf("%w: revision %d is not positive", ErrInvalid, t.Revision)
-	case t.Lock == "":
-		return fmt.Errorf("%w: empty lock name", ErrInvalid)
-	case len(t.Lock) > MaxNameLen:
-		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(t.Lock), MaxNameLen)
+	}
+	return ValidateName(t.Lock)
+}
+
+// NameError describes a lock name that ValidateName refused. It matches
+// ErrInvalidName and ErrInvalid.
+type NameError struct {
+	// Name is the refused name, cut to at most 64 bytes.
+	Name string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *NameError) Error() string {
+	return fmt.Sprintf("fence: invalid lock name %q: %s", e.Name, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidName or ErrInvalid.
+func (e *NameError) Is(target error) bool { return target == ErrInvalidName || target == ErrInvalid }
+
+// ValidateName returns nil for a usable lock name, and a *NameError
+// otherwise. It is the one rule for lock names in this module (package
+// lease's Acquire, guard's Target and sqlguard apply it): a name is 1 to
+// MaxNameLen bytes of valid UTF-8 with no "/" (the separator of lease's
+// etcd keys) and no control character (C0, DEL or C1).
+func ValidateName(name string) error {
+	bad := func(reason string) error {
+		n := name
+		if len(n) > 64 {
+			n = n[:64]
+		}
+		return &NameError{Name: n, Reason: reason}
+	}
+	switch {
+	case name == "":
+		return bad("empty")
+	case len(name) > MaxNameLen:
+		return bad(fmt.Sprintf("%d bytes, longer than %d", len(name), MaxNameLen))
+	case !utf8.ValidString(name):
+		return bad("not UTF-8")
+	case strings.Contains(name, "/"):
+		return bad(`contains "/"`)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return bad("contains a control character")
+		}
 	}
 	return nil
 }
@@ -187,8 +240,8 @@ func syntaxErr(s, reason string) error {
 
 // Parse parses the canonical text form written by Token.String. It returns
 // a *SyntaxError (matching ErrSyntax) for anything else, including a
-// revision <= 0, an empty name, a name longer than MaxNameLen, and
-// non-canonical escapes such as "%41" for "A" or lower-case hex.
+// revision <= 0, a name ValidateName refuses, and non-canonical escapes
+// such as "%41" for "A" or lower-case hex.
 func Parse(s string) (Token, error) {
 	if len(s) > MaxNameLen*3+21 {
 		return Token{}, syntaxErr(s, "too long")
@@ -216,11 +269,8 @@ func Parse(s string) (Token, error) {
 	if reason != "" {
 		return Token{}, syntaxErr(s, reason)
 	}
-	if name == "" {
-		return Token{}, syntaxErr(s, "empty lock name")
-	}
-	if len(name) > MaxNameLen {
-		return Token{}, syntaxErr(s, "lock name too long")
+	if err := ValidateName(name); err != nil {
+		return Token{}, syntaxErr(s, "lock name: "+err.(*NameError).Reason)
 	}
 	return Token{Lock: name, Revision: rev}, nil
 }

@@ -31,6 +31,8 @@ func TestCheck(t *testing.T) {
 		{"negative revision", fence.Token{}, fence.Token{"orders", -5}, fence.ErrInvalid},
 		{"empty lock", fence.Token{}, fence.Token{"", 5}, fence.ErrInvalid},
 		{"oversized lock", fence.Token{}, fence.Token{strings.Repeat("a", fence.MaxNameLen+1), 5}, fence.ErrInvalid},
+		{"slash in lock", fence.Token{}, fence.Token{"a/b", 5}, fence.ErrInvalidName},
+		{"control in lock", fence.Token{}, fence.Token{"a\x85b", 5}, fence.ErrInvalidName},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,8 +64,8 @@ func TestMax(t *testing.T) {
 }
 
 func TestTextRoundTrip(t *testing.T) {
-	names := []string{"orders", "a", "with space", "slash/ok", "percent%", "colon:in:name", "ünïcødé",
-		"\x00\x01\xff", "-._~", strings.Repeat("z", fence.MaxNameLen), "CAPS", "42:7"}
+	names := []string{"orders", "a", "with space", "percent%", "colon:in:name", "ünïcødé",
+		"-._~", strings.Repeat("z", fence.MaxNameLen), "CAPS", "42:7"}
 	for _, n := range names {
 		tok := fence.Token{Lock: n, Revision: 9223372036854775807}
 		s := tok.String()
@@ -87,7 +89,8 @@ func TestTextRoundTrip(t *testing.T) {
 func TestParseRejects(t *testing.T) {
 	bad := []string{"", "42", ":orders", "0:orders", "-1:orders", "+1:orders", "01:orders", "1.5:x",
 		"9223372036854775808:x", "42:", "42:a b", "42:%41", "42:%2f", "42:%2", "42:%", "42:%GG", "x:orders",
-		"42:" + strings.Repeat("a", fence.MaxNameLen+1), "42:a\n"}
+		"42:" + strings.Repeat("a", fence.MaxNameLen+1), "42:a\n", "42:a/b", "42:a%2Fb", "42:%00", "42:%FF",
+		"42:%C2%85"}
 	for _, s := range bad {
 		_, err := fence.Parse(s)
 		require.ErrorIs(t, err, fence.ErrSyntax, "%q", s)
@@ -96,6 +99,25 @@ func TestParseRejects(t *testing.T) {
 	}
 	_, err := fence.Token{}.MarshalText()
 	require.ErrorIs(t, err, fence.ErrInvalid)
+}
+
+func TestValidateName(t *testing.T) {
+	good := []string{"orders", "a", strings.Repeat("é", fence.MaxNameLen/2), "with space", "colon:x", "日本"}
+	for _, n := range good {
+		require.NoError(t, fence.ValidateName(n), "%q", n)
+	}
+	bad := []string{"", strings.Repeat("a", fence.MaxNameLen+1), "a/b", "/", "a\x00", "a\tb", "\x7f", "a\u0085b",
+		"\xff", "a\xc3"}
+	for _, n := range bad {
+		err := fence.ValidateName(n)
+		require.ErrorIs(t, err, fence.ErrInvalidName, "%q", n)
+		require.ErrorIs(t, err, fence.ErrInvalid, "%q", n)
+		var ne *fence.NameError
+		require.ErrorAs(t, err, &ne)
+		assert.NotEmpty(t, ne.Reason)
+		assert.LessOrEqual(t, len(ne.Name), 64)
+		require.ErrorIs(t, fence.Token{Lock: n, Revision: 1}.Validate(), fence.ErrInvalidName, "%q", n)
+	}
 }
 
 func TestContext(t *testing.T) {

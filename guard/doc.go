@@ -34,14 +34,16 @@
 // # Answers
 //
 // HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
-// one 409 Conflict, an unverified one (see below) 403 Forbidden, a failure
-// to decide 503, each with an RFC 9457 application/problem+json body
+// one 409 Conflict (type ProblemStale, ProblemWrongLock, or
+// ProblemMarkAhead, see below), an unverified one (see below) 403
+// Forbidden, a failure to decide 503, each with an RFC 9457 application/problem+json body
 // ([Problem]) naming the resource, the token received and the mark. gRPC
-// (package grpcguard): stale or wrong lock is codes.Aborted, unverified
-// codes.PermissionDenied, missing or malformed codes.InvalidArgument, with
+// (package grpcguard): stale or wrong lock is codes.Aborted, a mark ahead
+// codes.FailedPrecondition, unverified codes.PermissionDenied, missing or malformed codes.InvalidArgument, with
 // a google.rpc.ErrorInfo detail; a failure codes.Unavailable. In Go,
 // [Guard.Do] refuses with errors matching [ErrRejected] together with
-// fence.ErrStale or fence.ErrWrongLock, [ErrUnverified] together with
+// fence.ErrStale (and [ErrMarkAhead] when the mark is ahead) or
+// fence.ErrWrongLock, [ErrUnverified] together with
 // fence.ErrUnverified, or [ErrMalformed]; [TokenFromHeader] returns
 // [ErrMissing] or [ErrMalformed].
 //
@@ -55,8 +57,11 @@
 // --bump-revision, do the same by accident. Verify tokens wherever they
 // arrive from outside the process:
 //
-//	v := locks.Verifier() // or lease.NewVerifier(etcdClient, lease.DefaultPrefix)
-//	g, err := guard.New(store, guard.WithVerifier(v))
+//	verifier, err := lease.NewVerifier(cli, lease.DefaultPrefix)
+//	...
+//	g, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(verifier))
+//
+// (locks.Verifier() gives the same verifier for a lease.Client's prefix.)
 //
 // A Guard with a [Verifier] promises that only the token of the lock's
 // current holder, at the time of the check, can raise a mark: before a
@@ -68,7 +73,9 @@
 // context ended) the outcome is failed and nothing is admitted, so bound
 // your requests' contexts. A token equal to the mark (the holder writing
 // again), a stale one and one for another lock are decided from the mark
-// alone: the verifier is asked once per acquisition and resource.
+// alone: the verifier is asked once per acquisition and resource; only a
+// stale refusal asks it again, to tell a superseded holder from a mark
+// ahead of the lock service (below).
 //
 // With etcdstore in the same etcd cluster as the locks and a
 // lease.Verifier, the check and the mark's advance are one etcd Txn (the
@@ -89,7 +96,18 @@
 //
 // # Recovering a poisoned mark
 //
-// A mark raised by a forged token (before a verifier was configured) is
+// A mark can be ahead of every token the lock service issues: raised by a
+// forged token before a verifier was configured, or kept from another
+// etcd cluster. A new cluster starts revisions again (its first lock gets
+// revision 2), and so does one restored from a snapshot without
+// --bump-revision, so marks kept outside it (a MemoryStore in a process
+// that outlives it, an etcdstore.Store in another cluster, sqlguard's
+// tables) refuse every new holder as stale. With a verifier the Guard
+// tells this from a superseded holder: a stale token the verifier confirms
+// as the current holder's is refused with a *[MarkAheadError]
+// ([ErrMarkAhead]; HTTP 409 [ProblemMarkAhead], gRPC FailedPrecondition),
+// logged at Error. Without one it cannot tell, and the stale error says
+// what to do if the holder is current. Either way the mark is
 // set back with [Guard.ResetMark], an operator's action that names the
 // exact old mark, so it cannot undo an advance it did not see, and logs
 // both marks at Warn. [MemoryStore] and etcdstore.Store implement it
@@ -155,15 +173,18 @@
 //
 // # Observability
 //
-// Every decision is reported to hooks ([WithHook]) as an [Event] with an
-// [Outcome] (accepted, stale, wrong_lock, missing, malformed, unverified,
-// failed),
-// counted in fencekit_guard_decisions_total{outcome} on a caller's
-// Prometheus registry ([WithMetrics]; a resource label only with
-// [WithResourceLabel]), and logged through [WithLogger] (discarded by
-// default). Log records use package lease's field names: "lock" (a hash of
-// the lock name, [LockHash]), "fence" (the received token's revision),
-// plus "mark", "resource" and "outcome"; so a stale rejection joins to the
-// lease records of the acquisition whose token it refused. Owner tokens
-// never reach this package.
+// Every decision has an outcome (accepted, stale, wrong_lock, missing,
+// malformed, unverified, failed), counted in
+// fencekit_guard_decisions_total{outcome} on a caller's Prometheus
+// registry ([WithMetrics]; a resource label only with
+// [WithResourceLabel]) and logged through [WithLogger] (discarded by
+// default). These are the two channels of lease and sqlguard too; there
+// is no per-decision callback: a program that must act on refusals acts
+// on the errors and statuses the Guard returns, and one that wants every
+// decision reads the log records (a slog.Handler of its own receives
+// them as structured attributes). Log records use package lease's field
+// names: "lock" (a hash of the lock name, [LockHash]), "fence" (the
+// received token's revision), plus "mark", "resource" and "outcome"; so a
+// stale rejection joins to the lease records of the acquisition whose
+// token it refused. Owner tokens never reach this package.
 package guard

@@ -26,8 +26,9 @@ var (
 	// resource's mark, or for a different lock. Errors matching it are
 	// *RejectedError and also match fence.ErrStale or fence.ErrWrongLock.
 	ErrRejected = errors.New("guard: fencing token rejected")
-	// ErrInvalidTarget reports a Target with an empty resource or lock
-	// name, or a lock name longer than fence.MaxNameLen.
+	// ErrInvalidTarget reports a Target with an empty resource name, or a
+	// lock name that fence.ValidateName refuses (errors for those also
+	// match fence.ErrInvalidName).
 	ErrInvalidTarget = errors.New("guard: invalid target")
 	// ErrUnverified reports a token newer than a resource's mark that the
 	// Guard's Verifier (WithVerifier) did not confirm as its lock's current
@@ -37,6 +38,16 @@ var (
 	// ErrMarkChanged reports a ResetMark whose expected old mark is not
 	// the resource's mark. Errors matching it are *MarkChangedError.
 	ErrMarkChanged = errors.New("guard: mark changed")
+	// ErrMarkAhead reports a token older than the resource's mark that
+	// the Guard's Verifier confirms as its lock's current holder's: the
+	// mark is ahead of the lock service, and refuses every holder until
+	// an operator sets it back with Guard.ResetMark. A new etcd cluster
+	// starts revisions again (at 2 for the first lock), so a mark kept
+	// from an earlier cluster does this; so does a cluster restored
+	// without --bump-revision, or a forged token that raised the mark
+	// before a verifier was configured. Errors matching it are
+	// *MarkAheadError, and also match ErrRejected and fence.ErrStale.
+	ErrMarkAhead = errors.New("guard: mark ahead of the lock service")
 )
 
 // RejectedError is the error for a token that a resource refused.
@@ -51,10 +62,17 @@ type RejectedError struct {
 	Mark fence.Token
 	// Err says why: a *fence.StaleError or a *fence.WrongLockError.
 	Err error
+
+	unconfirmed bool // stale, and no verifier told a superseded holder from a mark ahead
 }
 
 func (e *RejectedError) Error() string {
-	return fmt.Sprintf("guard: resource %q refused token: %v", e.Resource, e.Err)
+	msg := fmt.Sprintf("guard: resource %q refused token: %v", e.Resource, e.Err)
+	if e.unconfirmed {
+		msg += "; if this is the lock's current holder, the mark is ahead of the lock service" +
+			" (a new etcd cluster starts revisions again): reset it with Guard.ResetMark"
+	}
+	return msg
 }
 
 // Is reports whether target is ErrRejected.
@@ -63,6 +81,38 @@ func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
 // Unwrap returns e.Err, so errors.Is(err, fence.ErrStale) and
 // errors.Is(err, fence.ErrWrongLock) tell the two reasons apart.
 func (e *RejectedError) Unwrap() error { return e.Err }
+
+// MarkAheadError is the error for a token older than a resource's mark
+// that the Guard's Verifier confirmed as its lock's current holder's (see
+// ErrMarkAhead). It matches ErrMarkAhead and ErrRejected, and through Err
+// fence.ErrStale.
+type MarkAheadError struct {
+	// Resource is the resource that refused the token.
+	Resource string
+	// Token is the current holder's token, refused.
+	Token fence.Token
+	// Mark is the resource's mark, ahead of every token the lock service
+	// issues now.
+	Mark fence.Token
+	// Err is the *fence.StaleError of the refusal.
+	Err error
+}
+
+func (e *MarkAheadError) Error() string {
+	return fmt.Sprintf("guard: resource %q refused the current holder of lock %q: its mark, revision %d, "+
+		"is ahead of the lock service, which issued revision %d; a new etcd cluster starts revisions again, "+
+		"and so does one restored without --bump-revision: stop the writers of the old cluster, "+
+		"then set the mark back with Guard.ResetMark(ctx, %q, %s, %s)",
+		e.Resource, e.Token.Lock, e.Mark.Revision, e.Token.Revision, e.Resource, e.Mark, e.Token)
+}
+
+// Is reports whether target is ErrMarkAhead or ErrRejected.
+func (e *MarkAheadError) Is(target error) bool {
+	return target == ErrMarkAhead || target == ErrRejected
+}
+
+// Unwrap returns e.Err.
+func (e *MarkAheadError) Unwrap() error { return e.Err }
 
 // Target names a protected resource and the lock whose holders may write it.
 type Target struct {
@@ -74,76 +124,69 @@ type Target struct {
 }
 
 func (t Target) validate() error {
-	switch {
-	case t.Resource == "":
+	if t.Resource == "" {
 		return fmt.Errorf("%w: empty resource name", ErrInvalidTarget)
-	case t.Lock == "":
-		return fmt.Errorf("%w: resource %q: empty lock name", ErrInvalidTarget, t.Resource)
-	case len(t.Lock) > fence.MaxNameLen:
-		return fmt.Errorf("%w: resource %q: lock name longer than %d bytes", ErrInvalidTarget, t.Resource, fence.MaxNameLen)
+	}
+	if err := fence.ValidateName(t.Lock); err != nil {
+		return fmt.Errorf("%w: resource %q: %w", ErrInvalidTarget, t.Resource, err)
 	}
 	return nil
 }
 
-// Outcome is what a Guard decided about one token.
-type Outcome int
+// outcome is what a Guard decided about one token: the "outcome" of log
+// records and of fencekit_guard_decisions_total.
+type outcome int
 
-// The outcomes reported to hooks and logs.
 const (
-	// Accepted: the token was equal to or newer than the mark.
-	Accepted Outcome = iota + 1
-	// Stale: the token was older than the mark.
-	Stale
-	// WrongLock: the token was for another lock than the resource's.
-	WrongLock
-	// Missing: a fenced request carried no token.
-	Missing
-	// Malformed: the token could not be parsed or was invalid.
-	Malformed
-	// Failed: no decision was made; the store or the Verifier failed,
+	// accepted: the token was equal to or newer than the mark.
+	accepted outcome = iota + 1
+	// stale: the token was older than the mark.
+	stale
+	// wrongLock: the token was for another lock than the resource's.
+	wrongLock
+	// missing: a fenced request carried no token.
+	missing
+	// malformed: the token could not be parsed or was invalid.
+	malformed
+	// failed: no decision was made; the store or the Verifier failed,
 	// the Target was invalid, or the context ended while waiting for the
 	// resource.
-	Failed
-	// Unverified: the token was newer than the mark, and the Verifier
+	failed
+	// unverified: the token was newer than the mark, and the Verifier
 	// (WithVerifier) did not confirm it.
-	Unverified
+	unverified
 )
 
-// String returns the outcome's name as used in logs: "accepted", "stale",
-// "wrong_lock", "missing", "malformed", "failed" or "unverified".
-func (o Outcome) String() string {
+// String returns the outcome's name as used in logs and metrics:
+// "accepted", "stale", "wrong_lock", "missing", "malformed", "failed" or
+// "unverified".
+func (o outcome) String() string {
 	switch o {
-	case Accepted:
+	case accepted:
 		return "accepted"
-	case Stale:
+	case stale:
 		return "stale"
-	case WrongLock:
+	case wrongLock:
 		return "wrong_lock"
-	case Missing:
+	case missing:
 		return "missing"
-	case Malformed:
+	case malformed:
 		return "malformed"
-	case Failed:
+	case failed:
 		return "failed"
-	case Unverified:
+	case unverified:
 		return "unverified"
 	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
+	return fmt.Sprintf("outcome(%d)", int(o))
 }
 
-// Event describes one decision, for hooks (see WithHook).
-type Event struct {
-	// Outcome is the decision.
-	Outcome Outcome
-	// Resource and Lock are the Target the token was checked against.
-	Resource, Lock string
-	// Token is the token received; zero when it was missing or could not
-	// be parsed.
-	Token fence.Token
-	// Mark is the resource's mark after the decision, when known.
-	Mark fence.Token
-	// Err is nil when the token was accepted and says why otherwise.
-	Err error
+// event describes one decision, for metrics and the log.
+type event struct {
+	outcome        outcome
+	resource, lock string      // the Target the token was checked against
+	token          fence.Token // zero when missing or unparsable
+	mark           fence.Token // the mark after the decision, when known
+	err            error       // nil when accepted
 }
 
 // Option configures a Guard.
@@ -153,7 +196,6 @@ type Option interface {
 
 type config struct {
 	logger        *slog.Logger
-	hooks         []func(context.Context, Event)
 	registerer    prometheus.Registerer
 	resourceLabel bool
 	verifier      Verifier
@@ -192,28 +234,13 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithHook makes the Guard call f with every decision, for metrics. f is
-// called synchronously, before an accepted write runs and while the
-// resource is held, so it must be quick and must not call the Guard. The
-// option may be given more than once; hooks run in order.
-func WithHook(f func(ctx context.Context, e Event)) Option {
-	return optionFunc(func(c *config) error {
-		if f == nil {
-			return errors.New("guard: nil hook")
-		}
-		c.hooks = append(c.hooks, f)
-		return nil
-	})
-}
-
 // WithMetrics registers the Guard's Prometheus metrics on reg (nothing is
 // registered globally): fencekit_guard_decisions_total{outcome} counts
 // decisions by Outcome ("accepted", "stale", "wrong_lock", "missing",
 // "malformed", "failed", "unverified"). Label values are fixed words,
 // never lock names or tokens, unless WithResourceLabel adds the resource name. Guards
 // registering on the same reg share the counter, so they must agree on
-// WithResourceLabel: New fails otherwise. It runs alongside any hooks
-// (WithHook).
+// WithResourceLabel: New fails otherwise.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
 		if reg == nil {
@@ -246,7 +273,6 @@ type Guard struct {
 	store Store
 	ver   Verifier // nil without WithVerifier
 	log   *slog.Logger
-	hooks []func(context.Context, Event)
 	met   *metrics // nil without WithMetrics
 
 	mu    sync.Mutex
@@ -288,7 +314,7 @@ func New(store Store, opts ...Option) (*Guard, error) {
 	case cfg.resourceLabel:
 		return nil, errors.New("guard: WithResourceLabel without WithMetrics")
 	}
-	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, hooks: cfg.hooks, met: met, locks: map[string]*resLock{}}, nil
+	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, met: met, locks: map[string]*resLock{}}, nil
 }
 
 // Do runs write if t may write the Target's resource, and returns its
@@ -317,7 +343,7 @@ func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ct
 // Serve is Do for transports that read the token from a request (the HTTP
 // middleware, package grpcguard's interceptors). tokErr is the error of
 // reading it (see TokenFromValues), nil when t was read: a non-nil tokErr
-// is reported to hooks, metrics and the log as outcome missing (when it
+// is reported to metrics and the log as outcome missing (when it
 // matches ErrMissing) or malformed, and returned without calling write.
 // Otherwise Serve is Do. ran reports whether write ran, so that a
 // transport can pass write's errors on unchanged and translate the
@@ -329,9 +355,9 @@ func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr err
 		panic("guard: Serve with nil write")
 	}
 	if tokErr != nil {
-		ev := Event{Outcome: Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Err: tokErr}
+		ev := event{outcome: malformed, resource: tgt.Resource, lock: tgt.Lock, err: tokErr}
 		if errors.Is(tokErr, ErrMissing) {
-			ev.Outcome = Missing
+			ev.outcome = missing
 		}
 		g.observe(ctx, ev)
 		return false, tokErr
@@ -343,12 +369,12 @@ func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr err
 // errors from the Guard's.
 func (g *Guard) do(ctx context.Context, tgt Target, t fence.Token, write func(context.Context) error) (ran bool, err error) {
 	if err := tgt.validate(); err != nil {
-		g.observe(ctx, Event{Outcome: Failed, Resource: tgt.Resource, Lock: tgt.Lock, Token: t, Err: err})
+		g.observe(ctx, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err})
 		return false, err
 	}
 	unlock, err := g.lock(ctx, tgt.Resource)
 	if err != nil {
-		g.observe(ctx, Event{Outcome: Failed, Resource: tgt.Resource, Lock: tgt.Lock, Token: t, Err: err})
+		g.observe(ctx, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err})
 		return false, err
 	}
 	defer unlock()
@@ -382,64 +408,102 @@ func (g *Guard) Claim(ctx context.Context, t fence.Token, resources ...string) e
 	return nil
 }
 
-// Mark returns the resource's mark: the highest token accepted for it, or
-// the zero Token when none was.
+// Mark returns the resource's mark: the highest token accepted for it.
+// When none was, it returns an error matching fence.ErrNoMark (as
+// sqlguard's Mark returns its ErrNotFound), never a zero Token; other
+// errors come from the store.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) {
-	return g.store.Mark(ctx, resource)
+	mark, err := g.store.Mark(ctx, resource)
+	if err == nil && mark.IsZero() { // a Store written before ErrNoMark
+		err = noMark("guard", resource)
+	}
+	return mark, err
+}
+
+// noMark returns the error for a resource without a mark, with the
+// package prefix of the store that found none.
+func noMark(pkg, resource string) error {
+	return fmt.Errorf("%s: resource %q: %w", pkg, resource, fence.ErrNoMark)
 }
 
 // admit checks t against tgt and the store, advancing the mark, and
 // reports the outcome. The caller holds the resource.
 func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) error {
-	ev := Event{Resource: tgt.Resource, Lock: tgt.Lock, Token: t}
+	ev := event{resource: tgt.Resource, lock: tgt.Lock, token: t}
 	if err := t.Validate(); err != nil {
-		ev.Outcome, ev.Err = Malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
+		ev.outcome, ev.err = malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
 		g.observe(ctx, ev)
-		return ev.Err
+		return ev.err
 	}
 	if t.Lock != tgt.Lock {
-		ev.Outcome = WrongLock
-		ev.Err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
+		ev.outcome = wrongLock
+		ev.err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
 		g.observe(ctx, ev)
-		return ev.Err
+		return ev.err
 	}
+	g.advance(ctx, tgt, t, &ev)
+	if ev.outcome == stale {
+		g.diagnoseStale(ctx, &ev)
+	}
+	g.observe(ctx, ev)
+	return ev.err
+}
+
+// advance decides a valid token of the Target's lock, advancing the mark,
+// and records the outcome in ev.
+func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *event) {
 	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
 		mark, err := vs.AdvanceVerified(ctx, tgt.Resource, t, g.ver)
-		ev.Mark = mark
+		ev.mark = mark
 		if errors.Is(err, fence.ErrUnverified) {
-			ev.Outcome, ev.Err = Unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+			ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
 		} else {
-			g.decide(&ev, err)
+			g.decide(ev, err)
 		}
-		g.observe(ctx, ev)
-		return ev.Err
+		return
 	}
 	if g.ver != nil {
-		done, err := g.verify(ctx, tgt, t, &ev)
-		if done {
-			g.observe(ctx, ev)
-			return err
+		if done, _ := g.verify(ctx, tgt, t, ev); done {
+			return
 		}
 	}
 	mark, err := g.store.Advance(ctx, tgt.Resource, t)
-	ev.Mark = mark
-	g.decide(&ev, err)
-	g.observe(ctx, ev)
-	return ev.Err
+	ev.mark = mark
+	g.decide(ev, err)
+}
+
+// diagnoseStale tells the two causes of a stale token apart: a holder
+// that was superseded (the usual case), and a mark ahead of the lock
+// service (see ErrMarkAhead), which the verifier reveals by confirming
+// the token as the current holder's. Without a verifier it cannot tell,
+// and the error says what to do if the mark is ahead. It costs one
+// Verify per stale refusal.
+func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
+	var rej *RejectedError
+	if !errors.As(ev.err, &rej) {
+		return
+	}
+	if g.ver == nil {
+		rej.unconfirmed = true
+		return
+	}
+	if g.ver.Verify(ctx, ev.token) == nil {
+		ev.err = &MarkAheadError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: rej.Err}
+	}
 }
 
 // decide sets ev's outcome and error from the error of a store's Advance
 // (or the check of a mark read from it).
-func (g *Guard) decide(ev *Event, err error) {
+func (g *Guard) decide(ev *event, err error) {
 	switch {
 	case err == nil:
-		ev.Outcome = Accepted
+		ev.outcome = accepted
 	case errors.Is(err, fence.ErrStale):
-		ev.Outcome, ev.Err = Stale, &RejectedError{Resource: ev.Resource, Token: ev.Token, Mark: ev.Mark, Err: err}
+		ev.outcome, ev.err = stale, &RejectedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
 	case errors.Is(err, fence.ErrWrongLock):
-		ev.Outcome, ev.Err = WrongLock, &RejectedError{Resource: ev.Resource, Token: ev.Token, Mark: ev.Mark, Err: err}
+		ev.outcome, ev.err = wrongLock, &RejectedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
 	default:
-		ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: advance mark of %q: %w", ev.Resource, err)
+		ev.outcome, ev.err = failed, fmt.Errorf("guard: advance mark of %q: %w", ev.resource, err)
 	}
 }
 
@@ -450,24 +514,27 @@ func (g *Guard) decide(ev *Event, err error) {
 // caller holds the resource, so the mark read here is the mark Advance
 // sees, unless another Guard sharing the store raises it in between;
 // Advance then refuses t as stale.
-func (g *Guard) verify(ctx context.Context, tgt Target, t fence.Token, ev *Event) (done bool, err error) {
+func (g *Guard) verify(ctx context.Context, tgt Target, t fence.Token, ev *event) (done bool, err error) {
 	mark, err := g.store.Mark(ctx, tgt.Resource)
-	if err != nil {
-		ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: read mark of %q: %w", tgt.Resource, err)
-		return true, ev.Err
+	if errors.Is(err, fence.ErrNoMark) {
+		mark, err = fence.Token{}, nil
 	}
-	ev.Mark = mark
+	if err != nil {
+		ev.outcome, ev.err = failed, fmt.Errorf("guard: read mark of %q: %w", tgt.Resource, err)
+		return true, ev.err
+	}
+	ev.mark = mark
 	if err := fence.Check(mark, t); err != nil || mark == t {
 		g.decide(ev, err)
-		return true, ev.Err
+		return true, ev.err
 	}
 	if err := g.ver.Verify(ctx, t); err != nil {
 		if errors.Is(err, fence.ErrUnverified) {
-			ev.Outcome, ev.Err = Unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+			ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
 		} else {
-			ev.Outcome, ev.Err = Failed, fmt.Errorf("guard: verify token for %q: %w", tgt.Resource, err)
+			ev.outcome, ev.err = failed, fmt.Errorf("guard: verify token for %q: %w", tgt.Resource, err)
 		}
-		return true, ev.Err
+		return true, ev.err
 	}
 	return false, nil
 }
@@ -512,41 +579,42 @@ func (g *Guard) release(resource string, l *resLock) {
 // lock by name.
 func LockHash(lock string) string { return logattr.Hash(lock) }
 
-func (g *Guard) observe(ctx context.Context, e Event) {
-	for _, h := range g.hooks {
-		h(ctx, e)
-	}
+func (g *Guard) observe(ctx context.Context, e event) {
 	if g.met != nil {
 		g.met.observe(e)
 	}
 	level, msg := slog.LevelWarn, "guard: fencing token refused"
-	switch e.Outcome {
-	case Accepted:
+	switch e.outcome {
+	case accepted:
 		level, msg = slog.LevelDebug, "guard: fencing token accepted"
-	case Missing:
+	case missing:
 		msg = "guard: fencing token missing"
-	case Failed:
+	case failed:
 		level, msg = slog.LevelError, "guard: fencing check failed"
+	}
+	var ahead *MarkAheadError
+	if errors.As(e.err, &ahead) {
+		level, msg = slog.LevelError, "guard: mark ahead of the lock service; reset it (Guard.ResetMark)"
 	}
 	if !g.log.Enabled(ctx, level) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs,
-		logattr.Outcome(e.Outcome.String()),
-		slog.String("resource", e.Resource),
-		logattr.Lock(e.Lock))
-	if !e.Token.IsZero() {
-		attrs = append(attrs, logattr.Fence(e.Token.Revision))
-		if e.Token.Lock != e.Lock {
-			attrs = append(attrs, slog.String("fence_lock", LockHash(e.Token.Lock)))
+		logattr.Outcome(e.outcome.String()),
+		slog.String("resource", e.resource),
+		logattr.Lock(e.lock))
+	if !e.token.IsZero() {
+		attrs = append(attrs, logattr.Fence(e.token.Revision))
+		if e.token.Lock != e.lock {
+			attrs = append(attrs, slog.String("fence_lock", LockHash(e.token.Lock)))
 		}
 	}
-	if !e.Mark.IsZero() {
-		attrs = append(attrs, slog.Int64("mark", e.Mark.Revision))
+	if !e.mark.IsZero() {
+		attrs = append(attrs, slog.Int64("mark", e.mark.Revision))
 	}
-	if (e.Outcome == Failed || e.Outcome == Unverified) && e.Err != nil {
-		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	if (e.outcome == failed || e.outcome == unverified || ahead != nil) && e.err != nil {
+		attrs = append(attrs, slog.String("error", e.err.Error()))
 	}
 	g.log.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -1,12 +1,12 @@
 package guard_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/internal/testkit"
 )
 
 func tok(lock string, rev int64) fence.Token { return fence.Token{Lock: lock, Revision: rev} }
@@ -39,15 +40,41 @@ func TestNewValidates(t *testing.T) {
 	if _, err := guard.New(guard.NewMemoryStore(), guard.WithLogger(nil)); err == nil {
 		t.Error("WithLogger(nil): got nil error")
 	}
-	if _, err := guard.New(guard.NewMemoryStore(), guard.WithHook(nil)); err == nil {
-		t.Error("WithHook(nil): got nil error")
+	if _, err := guard.New(guard.NewMemoryStore(), guard.WithMetrics(nil)); err == nil {
+		t.Error("WithMetrics(nil): got nil error")
 	}
+	if _, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(nil)); err == nil {
+		t.Error("WithVerifier(nil): got nil error")
+	}
+}
+
+// TestMiddlewarePanicsOnMisuse: misuse of the middleware's constructor
+// panics when it is called, never per request, so that Middleware returns
+// only the standard func(http.Handler) http.Handler.
+func TestMiddlewarePanicsOnMisuse(t *testing.T) {
 	g := newGuard(t)
-	if _, err := g.Middleware(nil); err == nil {
-		t.Error("Middleware(nil): got nil error")
+	route := func(*http.Request) (guard.Target, bool) { return guard.Target{}, false }
+	for name, f := range map[string]func(){
+		"nil route":                 func() { g.Middleware(nil) },
+		"nil option":                func() { g.Middleware(route, nil) },
+		"WithUnfencedMethods(\"\")": func() { guard.WithUnfencedMethods("") },
+		"nil handler":               func() { g.Middleware(route)(nil) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
 	}
-	if _, err := g.Middleware(func(*http.Request) (guard.Target, bool) { return guard.Target{}, false }, guard.WithUnfencedMethods("")); err == nil {
-		t.Error("WithUnfencedMethods(\"\"): got nil error")
+	// Chained inline, it serves.
+	h := g.Middleware(route)(http.NotFoundHandler())
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("status %d, want 404", rec.Code)
 	}
 }
 
@@ -242,19 +269,12 @@ func TestClaim(t *testing.T) {
 	}
 }
 
-// TestObservability checks hooks and log records, and that the lock name
-// appears in logs only as its hash.
+// TestObservability checks the log records of each outcome, and that the
+// lock name appears in logs only as its hash.
 func TestObservability(t *testing.T) {
 	ctx := context.Background()
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	var events []guard.Event
-	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	g := newGuard(t, guard.WithLogger(logger), guard.WithHook(func(_ context.Context, e guard.Event) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	}))
+	var buf testkit.LogBuffer
+	g := newGuard(t, guard.WithLogger(buf.Logger(slog.LevelDebug)))
 	const lock = "secret-lock-name"
 	tgt := guard.Target{Resource: "res-1", Lock: lock}
 	nop := func(context.Context) error { return nil }
@@ -263,47 +283,31 @@ func TestObservability(t *testing.T) {
 	g.Do(ctx, tgt, tok("other-lock", 50), nop)
 	g.Do(ctx, tgt, tok(lock, 0), nop)
 
-	want := []guard.Outcome{guard.Accepted, guard.Stale, guard.WrongLock, guard.Malformed}
-	if len(events) != len(want) {
-		t.Fatalf("got %d events, want %d: %+v", len(events), len(want), events)
-	}
-	for i, e := range events {
-		if e.Outcome != want[i] || e.Resource != "res-1" || e.Lock != lock {
-			t.Errorf("event %d = %+v, want outcome %v for res-1", i, e, want[i])
-		}
-	}
-	if events[1].Mark != tok(lock, 10) || events[1].Token != tok(lock, 4) {
-		t.Errorf("stale event = %+v, want token 4 and mark 10", events[1])
-	}
-
 	out := buf.String()
 	if strings.Contains(out, lock) {
 		t.Errorf("log contains the lock name:\n%s", out)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("got %d log records, want 4:\n%s", len(lines), out)
+	recs := buf.Records(t)
+	want := []string{"accepted", "stale", "wrong_lock", "malformed"}
+	if len(recs) != len(want) {
+		t.Fatalf("got %d log records, want %d:\n%s", len(recs), len(want), out)
 	}
-	for _, s := range []string{`"outcome":"accepted"`, `"level":"DEBUG"`, `"fence":10`, `"resource":"res-1"`, `"lock":"` + guard.LockHash(lock) + `"`} {
-		if !strings.Contains(lines[0], s) {
-			t.Errorf("accepted record lacks %s: %s", s, lines[0])
+	for i, r := range recs {
+		if r["outcome"] != want[i] || r["resource"] != "res-1" || r["lock"] != guard.LockHash(lock) {
+			t.Errorf("record %d = %v, want outcome %s for res-1 and the lock's hash", i, r, want[i])
 		}
 	}
-	for _, s := range []string{`"outcome":"stale"`, `"level":"WARN"`, `"fence":4`, `"mark":10`} {
-		if !strings.Contains(lines[1], s) {
-			t.Errorf("stale record lacks %s: %s", s, lines[1])
-		}
+	if r := recs[0]; r["level"] != "DEBUG" || r["fence"] != 10.0 {
+		t.Errorf("accepted record = %v, want level DEBUG and fence 10", r)
 	}
-	if !strings.Contains(lines[2], `"fence_lock":"`+guard.LockHash("other-lock")+`"`) {
-		t.Errorf("wrong-lock record lacks the token's lock hash: %s", lines[2])
+	if r := recs[1]; r["level"] != "WARN" || r["fence"] != 4.0 || r["mark"] != 10.0 {
+		t.Errorf("stale record = %v, want level WARN, fence 4 and mark 10", r)
+	}
+	if r := recs[2]; r["fence_lock"] != guard.LockHash("other-lock") {
+		t.Errorf("wrong-lock record lacks the token's lock hash: %v", r)
 	}
 	if h := guard.LockHash(lock); len(h) != 16 {
 		t.Errorf("LockHash = %q, want 16 hex digits", h)
-	}
-	for o, s := range map[guard.Outcome]string{guard.Accepted: "accepted", guard.Stale: "stale", guard.WrongLock: "wrong_lock", guard.Missing: "missing", guard.Malformed: "malformed", guard.Failed: "failed"} {
-		if o.String() != s {
-			t.Errorf("Outcome(%d).String() = %q, want %q", int(o), o.String(), s)
-		}
 	}
 }
 
@@ -414,4 +418,62 @@ func TestConcurrencyCheckCatchesNaiveGuard(t *testing.T) {
 		}
 	}
 	t.Error("the property check never caught the naive check-then-write guard")
+}
+
+// zeroStore is a Store written before fence.ErrNoMark: its Mark returns
+// the zero Token for "no mark".
+type zeroStore struct{ guard.MemoryStore }
+
+func (s *zeroStore) Mark(ctx context.Context, r string) (fence.Token, error) {
+	m, err := s.MemoryStore.Mark(ctx, r)
+	if errors.Is(err, fence.ErrNoMark) {
+		return fence.Token{}, nil
+	}
+	return m, err
+}
+
+// TestMarkNoMark: a resource without a mark is an error matching
+// fence.ErrNoMark, from the store and from the Guard (also over a store
+// that still returns a zero Token), never a zero Token and nil.
+func TestMarkNoMark(t *testing.T) {
+	ctx := context.Background()
+	store := guard.NewMemoryStore()
+	if m, err := store.Mark(ctx, "r"); !errors.Is(err, fence.ErrNoMark) || !m.IsZero() {
+		t.Errorf("MemoryStore.Mark of a new resource = %v, %v; want fence.ErrNoMark", m, err)
+	}
+	for _, s := range []guard.Store{store, &zeroStore{}} {
+		g, err := guard.New(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := g.Mark(ctx, "r"); !errors.Is(err, fence.ErrNoMark) || !m.IsZero() {
+			t.Errorf("%T: Guard.Mark of a new resource = %v, %v; want fence.ErrNoMark", s, m, err)
+		}
+		// A refused token leaves no mark either.
+		g.Do(ctx, guard.Target{Resource: "r", Lock: "l"}, tok("other", 3), func(context.Context) error { return nil })
+		if _, err := g.Mark(ctx, "r"); !errors.Is(err, fence.ErrNoMark) {
+			t.Errorf("%T: after a refusal: %v, want fence.ErrNoMark", s, err)
+		}
+		if err := g.Do(ctx, guard.Target{Resource: "r", Lock: "l"}, tok("l", 3), func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := g.Mark(ctx, "r"); err != nil || m != tok("l", 3) {
+			t.Errorf("%T: after a write: %v, %v; want 3:l", s, m, err)
+		}
+	}
+}
+
+// TestTargetLockNameRule: a Target's lock name follows fence.ValidateName,
+// the rule of package lease.
+func TestTargetLockNameRule(t *testing.T) {
+	g := newGuard(t)
+	for _, lock := range []string{"", "a/b", "a\nb", "\xff", strings.Repeat("x", fence.MaxNameLen+1)} {
+		err := g.Do(context.Background(), guard.Target{Resource: "r", Lock: lock}, tok("l", 1), func(context.Context) error { return nil })
+		if !errors.Is(err, guard.ErrInvalidTarget) || !errors.Is(err, fence.ErrInvalidName) {
+			t.Errorf("lock %q: %v, want ErrInvalidTarget and fence.ErrInvalidName", lock, err)
+		}
+	}
+	if err := g.Do(context.Background(), guard.Target{Resource: "r", Lock: strings.Repeat("x", fence.MaxNameLen)}, tok(strings.Repeat("x", fence.MaxNameLen), 1), func(context.Context) error { return nil }); err != nil {
+		t.Errorf("a lock name of MaxNameLen bytes: %v", err)
+	}
 }

@@ -46,6 +46,12 @@ const (
 	// the lock service did not confirm it as its lock's current holder's
 	// (see WithVerifier); status 403. The mark did not move.
 	ProblemUnverified = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnverified"
+	// ProblemMarkAhead: the token is older than the resource's mark, but
+	// the Guard's verifier confirms it as its lock's current holder's:
+	// the mark is ahead of the lock service (see ErrMarkAhead); status
+	// 409. No holder can write until an operator resets the mark
+	// (Guard.ResetMark).
+	ProblemMarkAhead = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMarkAhead"
 	// ProblemUnavailable: the guard could not decide (store or verifier
 	// failure, or the request ended while waiting); status 503, safe to
 	// retry.
@@ -80,31 +86,30 @@ type RouteFunc func(r *http.Request) (Target, bool)
 
 // HTTPOption configures Guard.Middleware.
 type HTTPOption interface {
-	applyHTTP(*httpConfig) error
+	applyHTTP(*httpConfig)
 }
 
 type httpConfig struct {
 	unfenced map[string]bool
 }
 
-type httpOptionFunc func(*httpConfig) error
+type httpOptionFunc func(*httpConfig)
 
-func (f httpOptionFunc) applyHTTP(c *httpConfig) error { return f(c) }
+func (f httpOptionFunc) applyHTTP(c *httpConfig) { f(c) }
 
 // WithUnfencedMethods sets the request methods that pass without a token
 // check, replacing the default GET, HEAD and OPTIONS. With no arguments
-// every method is fenced.
+// every method is fenced. It panics if a method is empty: the methods are
+// the program's constants, not input.
 func WithUnfencedMethods(methods ...string) HTTPOption {
-	return httpOptionFunc(func(c *httpConfig) error {
-		c.unfenced = map[string]bool{}
-		for _, m := range methods {
-			if m == "" {
-				return errors.New("guard: empty method name")
-			}
-			c.unfenced[m] = true
+	set := map[string]bool{}
+	for _, m := range methods {
+		if m == "" {
+			panic("guard: WithUnfencedMethods with an empty method name")
 		}
-		return nil
-	})
+		set[m] = true
+	}
+	return httpOptionFunc(func(c *httpConfig) { c.unfenced = set })
 }
 
 // Middleware returns HTTP middleware that fences the requests route maps
@@ -121,6 +126,9 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 //     resource, the token received and the mark;
 //   - a token for another lock: 409 (StatusRejected), type
 //     ProblemWrongLock;
+//   - with WithVerifier, a stale token the verifier confirms as the
+//     current holder's (the mark is ahead, see ErrMarkAhead): 409, type
+//     ProblemMarkAhead;
 //   - with WithVerifier, a newer token the verifier did not confirm: 403
 //     (StatusUnverified), type ProblemUnverified;
 //   - a store or verifier failure, or the request ended while waiting:
@@ -133,20 +141,29 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 //
 // The next handler must finish its writes before it returns: work it
 // leaves running afterwards is not fenced.
-func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) (func(http.Handler) http.Handler, error) {
+//
+// Middleware has the standard shape, so it chains inline:
+//
+//	http.Handle("/reports/", g.Middleware(route)(reports))
+//
+// Misuse panics, when Middleware is called (at start-up), never per
+// request: a nil route or option, and the returned function given a nil
+// handler.
+func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) func(http.Handler) http.Handler {
 	if route == nil {
-		return nil, errors.New("guard: nil route func")
+		panic("guard: Middleware with a nil route func")
 	}
 	cfg := httpConfig{unfenced: map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true}}
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("guard: nil option")
+			panic("guard: Middleware with a nil option")
 		}
-		if err := o.applyHTTP(&cfg); err != nil {
-			return nil, err
-		}
+		o.applyHTTP(&cfg)
 	}
 	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("guard: middleware wrapping a nil handler")
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var tgt Target
 			ok := !cfg.unfenced[r.Method]
@@ -169,7 +186,7 @@ func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) (func(http.Handl
 				writeProblem(w, problemFor(tgt, t, err))
 			}
 		})
-	}, nil
+	}
 }
 
 // problemFor describes a refusal of t for tgt with error err.
@@ -180,7 +197,11 @@ func problemFor(tgt Target, t fence.Token, err error) Problem {
 	}
 	var rej *RejectedError
 	var unv *UnverifiedError
+	var ahead *MarkAheadError
 	switch {
+	case errors.As(err, &ahead):
+		p.Type, p.Title, p.Status = ProblemMarkAhead, "Fencing mark ahead of the lock service", StatusRejected
+		p.Mark = ahead.Mark.String()
 	case errors.As(err, &unv):
 		p.Type, p.Title, p.Status = ProblemUnverified, "Fencing token not verified", StatusUnverified
 		if !unv.Mark.IsZero() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // itemServer is a fenced HTTP service: PUT /items/{id} stores the body as
@@ -39,10 +43,7 @@ func itemRoute(r *http.Request) (guard.Target, bool) {
 func newItemServer(t *testing.T, g *guard.Guard, opts ...guard.HTTPOption) *itemServer {
 	t.Helper()
 	s := &itemServer{items: map[string]string{}}
-	mw, err := g.Middleware(itemRoute, opts...)
-	if err != nil {
-		t.Fatalf("Middleware: %v", err)
-	}
+	mw := g.Middleware(itemRoute, opts...)
 	s.srv = httptest.NewServer(mw(http.HandlerFunc(s.serve)))
 	t.Cleanup(s.srv.Close)
 	return s
@@ -123,16 +124,9 @@ func decodeProblem(t *testing.T, resp *http.Response) guard.Problem {
 }
 
 func TestHTTPRule(t *testing.T) {
-	var mu sync.Mutex
-	outcomes := map[guard.Outcome]int{}
-	s := newItemServer(t, newGuard(t, guard.WithHook(func(_ context.Context, e guard.Event) {
-		mu.Lock()
-		outcomes[e.Outcome]++
-		mu.Unlock()
-		if e.Resource != "item/1" || e.Lock != "items" {
-			t.Errorf("event %+v, want resource item/1 and lock items", e)
-		}
-	})))
+	var logs testkit.LogBuffer
+	reg := prometheus.NewPedanticRegistry()
+	s := newItemServer(t, newGuard(t, guard.WithMetrics(reg), guard.WithLogger(logs.Logger(slog.LevelDebug))))
 	url := s.srv.URL + "/items/1"
 	steps := []struct {
 		name    string
@@ -180,11 +174,15 @@ func TestHTTPRule(t *testing.T) {
 	if got := s.item("1"); got != "equal after refusals" {
 		t.Errorf("item = %q, refused writes must leave it alone", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	wantOutcomes := map[guard.Outcome]int{guard.Accepted: 4, guard.Stale: 1, guard.WrongLock: 1, guard.Missing: 1, guard.Malformed: 5}
-	if !maps.Equal(outcomes, wantOutcomes) {
-		t.Errorf("hook saw %v, want %v", outcomes, wantOutcomes)
+	wantOutcomes := map[string]float64{"outcome=accepted": 4, "outcome=stale": 1, "outcome=wrong_lock": 1, "outcome=missing": 1,
+		"outcome=malformed": 5, "outcome=failed": 0, "outcome=unverified": 0}
+	if got := promtest.Values(t, reg, "fencekit_guard_decisions_total"); !maps.Equal(got, wantOutcomes) {
+		t.Errorf("decisions %v, want %v", got, wantOutcomes)
+	}
+	for _, r := range logs.Records(t) {
+		if r["resource"] != "item/1" || r["lock"] != guard.LockHash("items") {
+			t.Errorf("record %v, want resource item/1 and lock items", r)
+		}
 	}
 }
 

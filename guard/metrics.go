@@ -33,7 +33,7 @@ func newMetrics(resource bool) *metrics {
 
 // allOutcomes lists every Outcome, so that the series of a Guard without
 // the resource label exist from the start at zero.
-var allOutcomes = []Outcome{Accepted, Stale, WrongLock, Missing, Malformed, Failed, Unverified}
+var allOutcomes = []outcome{accepted, stale, wrongLock, missing, malformed, failed, unverified}
 
 // register registers m's collector on reg. A collector that an earlier
 // Guard registered there with the same labels is shared, so several Guards
@@ -53,10 +53,10 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	return nil
 }
 
-func (m *metrics) observe(e Event) {
+func (m *metrics) observe(e event) {
 	if m.resource {
-		m.decisions.WithLabelValues(e.Outcome.String(), e.Resource).Inc()
+		m.decisions.WithLabelValues(e.outcome.String(), e.resource).Inc()
 		return
 	}
-	m.decisions.WithLabelValues(e.Outcome.String()).Inc()
+	m.decisions.WithLabelValues(e.outcome.String()).Inc()
 }

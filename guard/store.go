@@ -20,8 +20,8 @@ type Store interface {
 	// fence.ErrInvalid), and the mark is unchanged. Any other error means
 	// the store could not decide; the mark may or may not have advanced.
 	Advance(ctx context.Context, resource string, t fence.Token) (fence.Token, error)
-	// Mark returns the resource's mark, or the zero Token when none was
-	// accepted.
+	// Mark returns the resource's mark. When none was accepted it
+	// returns the zero Token and an error matching fence.ErrNoMark.
 	Mark(ctx context.Context, resource string) (fence.Token, error)
 }
 
@@ -54,11 +54,16 @@ func (s *MemoryStore) Advance(_ context.Context, resource string, t fence.Token)
 	return mark, nil
 }
 
-// Mark implements Store.
+// Mark implements Store: it returns an error matching fence.ErrNoMark
+// for a resource without a mark.
 func (s *MemoryStore) Mark(_ context.Context, resource string) (fence.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.marks[resource], nil
+	mark, ok := s.marks[resource]
+	if !ok {
+		return fence.Token{}, noMark("guard", resource)
+	}
+	return mark, nil
 }
 
 // ResetMark implements Resetter: it sets the resource's mark to next if it

@@ -1,7 +1,6 @@
 package guard_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,31 +18,13 @@ import (
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/owner"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of several
-// loggers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // ownerTokenOf reads from etcd the raw owner token of the lease l: the
 // stored record values under the lock's directory are "<owner token>#<hold
@@ -107,7 +87,7 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := etcdtest.Start(t)
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewPedanticRegistry()
 	var seen []string // every error string and HTTP answer of the story

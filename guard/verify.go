@@ -26,9 +26,12 @@ type Verifier interface {
 // WithVerifier makes the Guard verify with v every token that would raise
 // a resource's mark, before the mark moves: only the lock's current holder
 // at the time of the check can then raise a mark. A token equal to the
-// mark, stale, or for another lock is decided without calling v, so the
-// holder's repeated writes cost no verification; each acquisition costs
-// one Verify per resource, on its first write.
+// mark or for another lock is decided without calling v, so the holder's
+// repeated writes cost no verification; each acquisition costs one Verify
+// per resource, on its first write. A stale token is refused whatever v
+// says, and then costs one Verify: if v confirms it as the current
+// holder's, the mark is ahead of the lock service and the error is a
+// *MarkAheadError (ErrMarkAhead) instead of a plain stale refusal.
 //
 // A token v does not confirm is refused with an error matching
 // ErrUnverified (outcome unverified; HTTP 403, gRPC PermissionDenied) and

@@ -38,16 +38,13 @@ func registerWorkload() workload {
 		unguarded := lineSpec{Workload: "register", Guarded: false, Lock: "register-unguarded", Shards: env.shards(false)}
 		// Shard n of the guarded line is the resource "register-n",
 		// fenced by the tokens of its own lock.
-		mw, err := g.Middleware(func(r *http.Request) (guard.Target, bool) {
+		mw := g.Middleware(func(r *http.Request) (guard.Target, bool) {
 			n, err := strconv.Atoi(r.PathValue("n"))
 			if err != nil {
 				return guard.Target{}, false
 			}
 			return guard.Target{Resource: "register-" + strconv.Itoa(n), Lock: guarded.lockName(n)}, true
 		}, guard.WithUnfencedMethods())
-		if err != nil {
-			t.Fatal(err)
-		}
 		mux := http.NewServeMux()
 		registers := func(spec lineSpec, mw func(http.Handler) http.Handler) []*register {
 			rs := make([]*register, spec.Shards)

@@ -12,7 +12,6 @@ import (
 	"github.com/fencekit/fencekit/internal/logattr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 )
@@ -184,113 +183,6 @@ func (c *Client) unlinkWaiter(w *waiter) {
 	}
 }
 
-// queueOpts reads a lock's queue: record keys (no values) in the order they
-// were written.
-func queueOpts() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-}
-
-// enqueue writes w's record (value val) and returns the queue read in the
-// same transaction, made current with the watch of w's directory (see
-// catchUp). A try of an exclusive record writes only if the lock has no
-// record at all. written reports whether the record was written.
-func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (queue []*mvccpb.KeyValue, written bool, err error) {
-	put := clientv3.OpPut(w.key, val, clientv3.WithLease(w.sess.id))
-	// Write the record unless a previous try of this acquisition already
-	// did (its reply lost), and read the queue in the same transaction.
-	cond := clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)
-	orElse := clientv3.OpGet(w.dir, queueOpts()...)
-	if try && w.kind == exclusive {
-		// Write only if the lock has no record at all; the head is enough
-		// to tell who holds it.
-		cond = clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
-		orElse = clientv3.OpGet(w.dir, append(queueOpts(), clientv3.WithLimit(1))...)
-	}
-	var readRev int64
-	for {
-		resp, err := c.etcd.Txn(ctx).If(cond).
-			Then(put, clientv3.OpGet(w.dir, queueOpts()...)).
-			Else(orElse, clientv3.OpGet(w.key)).
-			Commit()
-		if err != nil {
-			// The request may have gone out; if so etcd may still apply
-			// it, now or later.
-			w.uncertain = true
-			if err := c.retryable(ctx, w, err); err != nil {
-				return nil, written, err
-			}
-			continue
-		}
-		readRev = resp.Header.Revision
-		if resp.Succeeded {
-			written = true
-			queue = resp.Responses[1].GetResponseRange().Kvs
-			break
-		}
-		// The key or the lock exists: this acquisition's own record,
-		// written by an earlier try whose reply was lost, or someone
-		// else's.
-		if own := resp.Responses[1].GetResponseRange().Kvs; len(own) > 0 {
-			if string(own[0].Value) != val {
-				return nil, written, errSlotTaken
-			}
-			written = true
-		}
-		queue = resp.Responses[0].GetResponseRange().Kvs
-		break
-	}
-	if try && w.kind == exclusive && !written {
-		return queue, written, nil // held: nothing to wait for
-	}
-	q, err := c.catchUp(ctx, w, val, readRev)
-	if q != nil {
-		queue = q
-	}
-	return queue, written, err
-}
-
-// catchUp makes sure that the watch of w's directory delivers every event
-// after readRev, the revision the queue was read at. A watch started after
-// that (a directory this Client had not watched yet) may have missed some:
-// then the queue and the waiter's own record are read again, and the new
-// queue returned.
-func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int64) ([]*mvccpb.KeyValue, error) {
-	select {
-	case <-w.watch.created:
-	case <-w.failc:
-		return nil, w.failure()
-	case <-w.sess.done:
-		return nil, w.sess.cause(c)
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	case <-c.ctx.Done():
-		return nil, ErrClosed
-	}
-	if w.watch.start <= readRev {
-		return nil, nil
-	}
-	for {
-		w.reading()
-		resp, err := c.etcd.Get(ctx, w.dir, clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		if err == nil {
-			for _, kv := range resp.Kvs {
-				if string(kv.Key) == w.key {
-					if string(kv.Value) != val {
-						return nil, ErrKeyOverwritten
-					}
-					return resp.Kvs, nil
-				}
-			}
-			return nil, ErrKeyDeleted
-		}
-		if err := c.retryable(ctx, w, err); err != nil {
-			return nil, err
-		}
-	}
-}
-
 // awaitAdmission waits until fewer records than w's kind allows block w in
 // queue, and returns the held lease.
 func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.KeyValue, req request) (*Lease, error) {
@@ -373,8 +265,17 @@ func (c *Client) retryable(ctx context.Context, w *waiter, err error) error {
 			return rpcError(err)
 		}
 	}
+	t := time.NewTimer(25 * time.Millisecond)
+	defer t.Stop()
+	return waitFor(ctx, c, w, t.C)
+}
+
+// waitFor waits until ch delivers or closes, and returns nil, or the error
+// that ends w's acquisition first: its record gone, its session ended, ctx
+// ended, the Client closed.
+func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
 	select {
-	case <-time.After(25 * time.Millisecond):
+	case <-ch:
 		return nil
 	case <-w.failc:
 		return w.failure()

@@ -5,19 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// MaxNameLen is the longest lock name, in bytes.
-const MaxNameLen = 256
+// MaxNameLen is the longest lock name, in bytes (fence.MaxNameLen).
+const MaxNameLen = fence.MaxNameLen
 
 // Client acquires leases on etcd. It owns one etcd session lease, kept alive
 // in the background, to which the records of all its leases are attached;
@@ -110,26 +108,28 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 }
 
 // ValidateName returns nil for a usable lock name, and an error matching
-// ErrInvalidName otherwise: names are 1 to MaxNameLen bytes of UTF-8 with
-// no "/" and no control characters (C0, DEL and C1).
+// ErrInvalidName (and fence.ErrInvalidName) otherwise: names are 1 to
+// MaxNameLen bytes of UTF-8 with no "/" and no control characters (C0, DEL
+// and C1). It is fence.ValidateName, the one rule of the module.
 func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidName)
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidName, len(name), MaxNameLen)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: not UTF-8", ErrInvalidName)
-	case strings.Contains(name, "/"):
-		return fmt.Errorf("%w: %q contains \"/\"", ErrInvalidName, name)
-	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %q contains a control character", ErrInvalidName, name)
-		}
+	var ne *fence.NameError
+	if err := fence.ValidateName(name); errors.As(err, &ne) {
+		return &nameError{ne}
+	} else if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
 }
+
+// nameError is ValidateName's error: it reads with lease's prefix and
+// matches ErrInvalidName as well as fence's name errors.
+type nameError struct{ ne *fence.NameError }
+
+func (e *nameError) Error() string {
+	return fmt.Sprintf("lease: invalid lock name %q: %s", e.ne.Name, e.ne.Reason)
+}
+func (e *nameError) Is(target error) bool { return target == ErrInvalidName }
+func (e *nameError) Unwrap() error        { return e.ne }
 
 // Close ends every lease and wait of the Client and revokes its sessions,
 // which deletes every record it holds, bounded by the TTL.
@@ -145,7 +145,7 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	if c.etcd.Ctx().Err() != nil {
+	if c.etcdClosed() {
 		c.closed = true
 		live := c.liveSessionsLocked()
 		c.mu.Unlock()
@@ -170,6 +170,12 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// etcdClosed reports whether the etcd client was closed.
+func (c *Client) etcdClosed() bool {
+	ctx := c.etcd.Ctx()
+	return ctx != nil && ctx.Err() != nil
+}
+
 func (c *Client) liveSessionsLocked() []*session {
 	live := make([]*session, 0, len(c.sessions))
 	for s := range c.sessions {
@@ -185,7 +191,7 @@ func (c *Client) liveSessionsLocked() []*session {
 // readiness or liveness probe next to the work the leases protect (like
 // client-go's leader-election health check).
 func (c *Client) Healthy() error {
-	if c.etcd.Ctx().Err() != nil {
+	if c.etcdClosed() {
 		return ErrEtcdClosed
 	}
 	c.mu.Lock()

@@ -2,19 +2,24 @@
 // each acquisition a handle that alone can renew, reenter and release it,
 // and a fencing token that the resources it protects can check.
 //
-//	cli, _ := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
-//	locks, err := lease.New(cli, lease.WithTTL(10*time.Second))
-//	if err != nil { ... }
+//	locks, err := lease.New(etcdClient, lease.WithTTL(10*time.Second))
+//	...
 //	defer locks.Close()
 //
-//	l, err := locks.Acquire(ctx, "orders")   // ctx bounds the wait only
-//	if err != nil { ... }
-//	work, cancel := l.Context(ctx)            // cancelled the moment l is lost
-//	err = writeOrders(work, l.Fence())        // every write carries the token
+//	l, err := locks.Acquire(ctx, "orders") // ctx bounds the wait only
+//	...
+//	work, cancel := l.Context(ctx) // cancelled the moment l is lost
+//	err = writeOrders(work)        // the write carries the fencing token
 //	cancel()
-//	if err := l.Release(ctx); err != nil { ... } // check it: see below
+//	if err := l.Release(ctx); err != nil { // check it: see Results
+//	...
+//	err = locks.Do(ctx, "orders", func(ctx context.Context, l *lease.Lease) error {
+//		// ctx is cancelled, with the reason, the moment the lease is lost,
+//		// and carries the fencing token that guard.Transport sends.
+//		return writeOrders(ctx)
+//	})
 //
-// or, the same in one call: locks.Do(ctx, "orders", func(ctx, l) error { ... }).
+// (the package's Example_orders, whose output is checked).
 //
 // # How it works
 //
@@ -64,11 +69,11 @@
 // so that a lock taken again and again keeps its watch. All its watches
 // share one gRPC stream, and each starts at the current revision, so etcd
 // keeps it in its "synced" set and delivers events within a millisecond.
-// With D such directories, a Client costs etcd
+// With D such directories, a Client costs etcd:
 //
-//	watchers = min(D, 512), or 1 once D has exceeded 512
-//	events/s = the record changes per second in those D directories
-//	         + 1 keep-alive per session per TTL/3
+//   - watchers: min(D, 512), or 1 once D has exceeded 512;
+//   - events per second: the record changes per second in those D
+//     directories, plus one keep-alive per session every TTL/3.
 //
 // (events of other Clients' locks never reach it). Past 512 directories a
 // Client watches its whole prefix instead, for the rest of its life, and

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -144,4 +145,51 @@ func ExampleLease_Reenter() {
 	// holds: 2
 	// holds: 1
 	// release: <nil>
+}
+
+// writeOrders stands for a write to a fenced resource: the ctx of a lease
+// carries its fencing token, which guard.Transport sends as a header.
+func writeOrders(ctx context.Context) error {
+	tok, ok := fence.FromContext(ctx)
+	if !ok {
+		return errors.New("no fencing token")
+	}
+	fmt.Println("writing orders with a token of lock", tok.Lock)
+	return nil
+}
+
+// The shape of a critical section, by hand and in one call.
+func Example_orders() {
+	etcdClient, stop := startEtcd()
+	defer stop()
+	ctx := context.Background()
+
+	locks, err := lease.New(etcdClient, lease.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	l, err := locks.Acquire(ctx, "orders") // ctx bounds the wait only
+	if err != nil {
+		log.Fatal(err)
+	}
+	work, cancel := l.Context(ctx) // cancelled the moment l is lost
+	err = writeOrders(work)        // the write carries the fencing token
+	cancel()
+	if err := l.Release(ctx); err != nil { // check it: see Results
+		log.Fatal(err)
+	}
+
+	// The same in one call:
+	err = locks.Do(ctx, "orders", func(ctx context.Context, l *lease.Lease) error {
+		// ctx is cancelled, with the reason, the moment the lease is lost,
+		// and carries the fencing token that guard.Transport sends.
+		return writeOrders(ctx)
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// writing orders with a token of lock orders
+	// writing orders with a token of lock orders
+	// done: <nil>
 }

@@ -20,7 +20,9 @@ import (
 )
 
 // LockState is what etcd holds for one lock at one revision: its holder and
-// its waiters in the order they will be served. It is a snapshot for
+// its waiters in the order they will be served. For a semaphore or a read
+// lock, where several records hold at once, Holder is the first of them and
+// the others are among Waiters with Held set. It is a snapshot for
 // operators and tools; by the time it is read the lock may have changed
 // hands. It never carries an owner token.
 type LockState struct {
@@ -67,6 +69,17 @@ type Record struct {
 	SessionTTL time.Duration
 	// Key is the record's etcd key.
 	Key string
+	// Kind is the kind of lock the record belongs to: "lock" (a Lease, a
+	// write lock or an election candidate), "read" (a read lock of an
+	// RWMutex) or "semaphore/N" (a permit of a semaphore of N); "" for a
+	// record no fencekit Client wrote.
+	Kind string
+	// Held reports whether the record holds the lock: the head of the
+	// queue for a lock, every record with no write lock ahead for a read
+	// lock, the first N for a semaphore of N.
+	Held bool
+	// Value is an election candidate's public value; "" otherwise.
+	Value string
 }
 
 // NotHolderError is returned by ForceRelease when the given fencing
@@ -170,6 +183,10 @@ func (c *Client) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 		st := LockState{Name: name, Revision: rev}
 		for i, kv := range recs {
 			r := newRecord(name, kv, ttls)
+			if k, ok := kindOf(string(kv.Key)); ok {
+				blockers, need, err := admission(k, recs[:i])
+				r.Held = err == nil && len(blockers) < need
+			}
 			if i == 0 {
 				st.Holder = &r
 			} else {
@@ -208,12 +225,23 @@ func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) R
 	if ttl, ok := ttls[kv.Lease]; ok {
 		r.SessionTTL = ttl
 	}
-	tok, n, ok := decodeValue(kv.Value)
+	if k, ok := kindOf(r.Key); ok {
+		switch {
+		case k.limit > 0:
+			r.Kind = "semaphore/" + strconv.Itoa(k.limit)
+		case k.shared:
+			r.Kind = "read"
+		default:
+			r.Kind = "lock"
+		}
+	}
+	tok, n, payload, ok := decodeRecord(kv.Value)
 	if !ok {
 		r.OwnerDigest = logattr.Hash(string(kv.Value))
 		return r
 	}
 	r.Holds = n
+	_, r.Value = decodePayload(payload)
 	r.OwnerDigest = logattr.Hash(tok) // the same hash as owner.Token.Digest
 	if t, err := owner.Parse(tok); err == nil {
 		r.OwnerDigest = t.Digest()

@@ -26,7 +26,7 @@ func ExampleClient_Semaphore() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	a, err := sem.Acquire(ctx)
+	a, err := sem.Acquire(ctx) // a *lease.Permit: Release, Renew, Done, Err; no fence
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func ExampleClient_RWMutex() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r1, err := rw.RLock(ctx)
+	r1, err := rw.RLock(ctx) // readers share: *lease.Permit
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func ExampleClient_RWMutex() {
 	r1.Release(ctx)
 	r2.Release(ctx)
 
-	w, err := rw.Lock(ctx)
+	w, err := rw.Lock(ctx) // one writer: a fenced *lease.Lease
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func ExampleClient_Election() {
 		log.Fatal(err)
 	}
 	err = election.Run(ctx, "10.0.0.7:8080", func(ctx context.Context, term *lease.Term) error {
-		ldr, err := election.Leader(ctx)
+		ldr, err := election.Leader(ctx) // who leads, its term (a fence) and since when
 		if err != nil {
 			return err
 		}

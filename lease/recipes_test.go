@@ -362,3 +362,41 @@ func TestVerifierRefusesPermits(t *testing.T) {
 }
 
 func fenceToken(name string, rev int64) fence.Token { return fence.Token{Lock: name, Revision: rev} }
+
+// Inspect tells the kinds apart and which records hold.
+func TestInspectRecipes(t *testing.T) {
+	cl := etcdtest.Start(t)
+	c := newClient(t, etcdtest.Client(t, cl))
+	ctx := ctxT(t, 20*time.Second)
+	sem, err := c.Semaphore("insp", 2)
+	require.NoError(t, err)
+	for range 2 {
+		_, err := sem.Acquire(ctx)
+		require.NoError(t, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = sem.Acquire(actx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	e, err := c.Election("insp-e")
+	require.NoError(t, err)
+	_, err = e.Campaign(ctx, "me:1")
+	require.NoError(t, err)
+
+	st, err := c.Inspect(ctx, "insp")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder)
+	assert.Equal(t, "semaphore/2", st.Holder.Kind)
+	assert.True(t, st.Holder.Held)
+	held := 1
+	for _, w := range st.Waiters {
+		if w.Held {
+			held++
+		}
+	}
+	assert.Equal(t, 2, held)
+	st, err = c.Inspect(ctx, "insp-e")
+	require.NoError(t, err)
+	assert.Equal(t, "lock", st.Holder.Kind)
+	assert.Equal(t, "me:1", st.Holder.Value)
+}

@@ -212,7 +212,7 @@ func (c *Client) keepAlive(s *session) {
 			// every key attached to it; the session is as good as gone.
 			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, rpcError(err)))
 			return
-		case err != nil && c.etcd.Ctx().Err() != nil:
+		case err != nil && c.etcdClosed():
 			// The etcd client was closed under the Client: nothing can be
 			// renewed or revoked any more.
 			c.log.Error("lease session ended: the etcd client was closed before the lease.Client; close the lease.Client first")

@@ -15,4 +15,10 @@
 // logged. [Token.String], %v, %#v and slog all print only [Token.Digest], a
 // short hash that joins log lines without revealing the token. Only
 // [Token.Value] returns the token itself, for writing the lock record.
+//
+// Most programs never import this package: package lease makes a token
+// per acquisition from [Default] (or from lease.WithInstanceID's id) and
+// shows only its digest (lease.Lease.OwnerDigest). Import it to choose the
+// instance id ([DefaultInstance] says where the default comes from), or
+// to read the owner of a lock record written by lease ([Parse]).
 package owner

@@ -16,16 +16,15 @@ import (
 )
 
 const (
-	// MaxInstanceLen is the longest instance id, in bytes.
-	MaxInstanceLen = 63
+	// maxInstanceLen is the longest instance id, in bytes.
+	maxInstanceLen = 63
 	// randomBytes is the size of the per-token random part: 96 bits.
 	randomBytes = 12
 	// sep separates the three parts of a token's wire form.
 	sep = "."
 )
 
-// ErrMalformed reports text that is not an owner token. Errors matching it
-// are *ParseError.
+// ErrMalformed reports text that is not an owner token (see Parse).
 var ErrMalformed = errors.New("owner: malformed token")
 
 // Token is one acquisition's owner token. The zero Token is invalid.
@@ -39,9 +38,6 @@ type Token struct {
 // comparing in etcd transactions. It is the only method that reveals the
 // token; never log its result or send it to another service.
 func (t Token) Value() string { return t.v }
-
-// IsZero reports whether t is the zero Token.
-func (t Token) IsZero() bool { return t.v == "" }
 
 // Digest returns a short, stable hash of the token (16 hex digits of its
 // SHA-256), the only form of it that may appear in logs, errors and metrics.
@@ -69,28 +65,27 @@ func (t Token) GoString() string { return t.String() }
 // LogValue implements slog.LogValuer: a logged token shows as its digest.
 func (t Token) LogValue() slog.Value { return slog.StringValue(t.Digest()) }
 
-// ParseError describes text that Parse refused. It never holds the text
+// parseError describes text that Parse refused. It never holds the text
 // itself, which may be a secret: only its length and what is wrong.
-type ParseError struct {
-	// Len is the length of the refused text in bytes.
-	Len int
-	// Reason says what is wrong with it.
-	Reason string
+type parseError struct {
+	n      int    // length of the refused text in bytes
+	reason string // what is wrong with it
 }
 
-func (e *ParseError) Error() string {
-	return fmt.Sprintf("owner: malformed token (%d bytes): %s", e.Len, e.Reason)
+func (e *parseError) Error() string {
+	return fmt.Sprintf("owner: malformed token (%d bytes): %s", e.n, e.reason)
 }
 
 // Is reports whether target is ErrMalformed.
-func (e *ParseError) Is(target error) bool { return target == ErrMalformed }
+func (e *parseError) Is(target error) bool { return target == ErrMalformed }
 
 // Parse parses a token's wire form as returned by Value: an instance id, the
 // epoch in base 36 and 16 characters of unpadded base64url (96 bits), joined
-// by ".". It returns a *ParseError for anything else.
+// by ".". For anything else it returns an error matching ErrMalformed,
+// which gives the text's length and what is wrong but never the text.
 func Parse(s string) (Token, error) {
-	bad := func(reason string) (Token, error) { return Token{}, &ParseError{Len: len(s), Reason: reason} }
-	if len(s) > MaxInstanceLen+1+13+1+16 {
+	bad := func(reason string) (Token, error) { return Token{}, &parseError{n: len(s), reason: reason} }
+	if len(s) > maxInstanceLen+1+13+1+16 {
 		return bad("too long")
 	}
 	parts := strings.Split(s, sep)
@@ -120,8 +115,8 @@ type Source struct {
 
 // NewSource returns a Source for the given instance id and process-start
 // time. The id must be 1 to 63 bytes of ASCII letters, digits, '-' and '_'
-// (a Kubernetes pod name or a host name qualifies once '.' is replaced;
-// see [SanitizeInstance]).
+// (a Kubernetes pod name qualifies; a host name once its '.' are
+// replaced).
 func NewSource(instance string, start time.Time) (*Source, error) {
 	if err := validInstance(instance); err != nil {
 		return nil, fmt.Errorf("owner: instance id %q: %w", instance, err)
@@ -170,28 +165,28 @@ func Default() *Source {
 // DefaultInstance returns the instance id used by Default: the first
 // non-empty of the environment variables FENCEKIT_INSTANCE, POD_NAME (set
 // through the Kubernetes downward API) and HOSTNAME (a pod's name inside
-// Kubernetes), then os.Hostname, then "unknown"; passed through
-// SanitizeInstance.
+// Kubernetes), then os.Hostname, then "unknown". Characters outside
+// [A-Za-z0-9_-] become '-', and the id is cut to 63 bytes.
 func DefaultInstance() string {
 	for _, env := range []string{"FENCEKIT_INSTANCE", "POD_NAME", "HOSTNAME"} {
-		if v := SanitizeInstance(os.Getenv(env)); v != "" {
+		if v := sanitizeInstance(os.Getenv(env)); v != "" {
 			return v
 		}
 	}
 	if h, err := os.Hostname(); err == nil {
-		if v := SanitizeInstance(h); v != "" {
+		if v := sanitizeInstance(h); v != "" {
 			return v
 		}
 	}
 	return "unknown"
 }
 
-// SanitizeInstance maps s to a valid instance id: characters outside
-// [A-Za-z0-9_-] become '-', and the result is cut to MaxInstanceLen bytes.
+// sanitizeInstance maps s to a valid instance id: characters outside
+// [A-Za-z0-9_-] become '-', and the result is cut to maxInstanceLen bytes.
 // It returns "" when nothing usable is left.
-func SanitizeInstance(s string) string {
+func sanitizeInstance(s string) string {
 	var b strings.Builder
-	for i := 0; i < len(s) && b.Len() < MaxInstanceLen; i++ {
+	for i := 0; i < len(s) && b.Len() < maxInstanceLen; i++ {
 		c := s[i]
 		if instanceByte(c) {
 			b.WriteByte(c)
@@ -211,8 +206,8 @@ func validInstance(s string) error {
 	if s == "" {
 		return errors.New("instance id is empty")
 	}
-	if len(s) > MaxInstanceLen {
-		return fmt.Errorf("instance id is longer than %d bytes", MaxInstanceLen)
+	if len(s) > maxInstanceLen {
+		return fmt.Errorf("instance id is longer than %d bytes", maxInstanceLen)
 	}
 	for i := 0; i < len(s); i++ {
 		if !instanceByte(s[i]) {

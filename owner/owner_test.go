@@ -60,24 +60,28 @@ func TestParseRejects(t *testing.T) {
 	for _, s := range bad {
 		_, err := owner.Parse(s)
 		require.ErrorIs(t, err, owner.ErrMalformed, "%q", s)
-		var pe *owner.ParseError
-		require.True(t, errors.As(err, &pe))
+		if len(s) > 3 {
+			require.NotContains(t, err.Error(), s, "parse errors never echo the text")
+		}
 	}
 }
 
 func TestInstance(t *testing.T) {
-	for _, bad := range []string{"", "has space", "dot.ted", strings.Repeat("a", owner.MaxInstanceLen+1)} {
+	for _, bad := range []string{"", "has space", "dot.ted", strings.Repeat("a", 64)} {
 		_, err := owner.NewSource(bad, time.Now())
 		require.Error(t, err, "%q", bad)
 	}
-	assert.Equal(t, "web-7f9c-abc", owner.SanitizeInstance("web-7f9c.abc"))
-	assert.Equal(t, "", owner.SanitizeInstance("..."))
-	assert.Len(t, owner.SanitizeInstance(strings.Repeat("a", 100)), owner.MaxInstanceLen)
+	_, err := owner.NewSource(strings.Repeat("a", 63), time.Now())
+	require.NoError(t, err, "63 bytes")
 	t.Setenv("FENCEKIT_INSTANCE", "")
 	t.Setenv("POD_NAME", "checkout-6d4b9-x2x7q")
 	assert.Equal(t, "checkout-6d4b9-x2x7q", owner.DefaultInstance())
 	t.Setenv("FENCEKIT_INSTANCE", "custom.id")
 	assert.Equal(t, "custom-id", owner.DefaultInstance())
+	t.Setenv("FENCEKIT_INSTANCE", "...")
+	assert.Equal(t, "checkout-6d4b9-x2x7q", owner.DefaultInstance(), "nothing usable left: next source")
+	t.Setenv("FENCEKIT_INSTANCE", strings.Repeat("a", 100))
+	assert.Len(t, owner.DefaultInstance(), 63)
 }
 
 func FuzzParse(f *testing.F) {

@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# Reruns the comparison benchmarks (integration/bench_test.go) and writes a
-# markdown table of medians and ratios.
+# Runs fencekit's comparison benchmarks (integration/bench_*_test.go) and
+# writes the README's tables (scripts/benchtable).
 #
 #   scripts/bench.sh                      # writes bench.txt and BENCHMARKS.md
-#   COUNT=5 BENCHTIME=2s scripts/bench.sh # more runs, longer each
-#   BENCH='Handoff' scripts/bench.sh      # a subset
+#   BENCH='Fanout|Handoff' scripts/bench.sh   # a subset
+#   ROUNDS=30 scripts/bench.sh            # more interleaved rounds
+#   COUNT=3 scripts/bench.sh              # repeat the whole set 3 times
+#
+# The comparisons interleave their implementations themselves, in
+# alternating blocks over rounds, and report medians and per-round ratio
+# spreads; each benchmark function runs once (-benchtime=1x), so b.N does
+# not matter. ROUNDS sets FENCEKIT_BENCH_ROUNDS (the rounds of every
+# interleaved benchmark; default: each benchmark's own, 12 to 20), TRIALS
+# FENCEKIT_BENCH_TRIALS (LossSignal's trials per case). With the defaults
+# the whole set takes about 5 minutes on 2 cores.
 #
 # Set FENCEKIT_PG_DSN to include PostgreSQL in BenchmarkGuard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-count=${COUNT:-3}
-benchtime=${BENCHTIME:-300ms}
+count=${COUNT:-1}
 out=${OUT:-bench.txt}
 table=${TABLE:-BENCHMARKS.md}
-go test ./integration -run '^$' -bench "${BENCH:-.}" -benchtime="$benchtime" -count="$count" -timeout 60m | tee "$out"
-go run ./scripts/benchtable -machine "$(nproc) cores, $(go version | cut -d' ' -f3-), $(uname -sr)" \
-  -cmd "COUNT=$count BENCHTIME=$benchtime scripts/bench.sh" < "$out" > "$table"
+if [[ -n "${ROUNDS:-}" ]]; then export FENCEKIT_BENCH_ROUNDS=$ROUNDS; fi
+if [[ -n "${TRIALS:-}" ]]; then export FENCEKIT_BENCH_TRIALS=$TRIALS; fi
+desc="scripts/bench.sh"
+for v in COUNT ROUNDS TRIALS BENCH; do
+  if [[ -n "${!v:-}" ]]; then desc="$v=${!v} $desc"; fi
+done
+if [[ -n "${FENCEKIT_PG_DSN:-}" ]]; then desc="FENCEKIT_PG_DSN=<local PostgreSQL> $desc"; fi
+start=$(date +%s)
+go test ./integration -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 60m | tee "$out"
+took=$(( $(date +%s) - start ))
+go run ./scripts/benchtable \
+  -machine "$(nproc) cores, $(go version | cut -d' ' -f3-), $(uname -sr), $(date -u +%Y-%m-%d), ${took} s" \
+  -cmd "$desc" < "$out" > "$table"
 echo "wrote $table"

@@ -34,3 +34,20 @@ func TestImportsOnlyWhatItUses(t *testing.T) {
 		t.Errorf("sql.Drivers() = %v, want pgx and no mysql", drivers)
 	}
 }
+
+// TestCoreImportsNoPgx: package sqlguard itself links no driver; pgx comes
+// with sqlguard/pgxguard only.
+func TestCoreImportsNoPgx(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, "github.com/jackc/") || strings.HasPrefix(d, "github.com/go-sql-driver/") || strings.HasPrefix(d, "modernc.org/sqlite") {
+			t.Errorf("sqlguard depends on %s", d)
+		}
+	}
+}

@@ -11,6 +11,30 @@
 // MySQL and MariaDB errors are told apart by the number in the driver's
 // *mysql.MySQLError, read without importing the driver.
 //
+// Programs that use pgx directly (pgx.Tx, *pgxpool.Pool, *pgx.Conn) use
+// package sqlguard/pgxguard instead of a second pool through
+// pgx/v5/stdlib: the same Guard, statements, errors, metrics, logs and
+// verifier, with pgx's types, and a RunTx shaped like pgx.BeginTxFunc.
+// Its statements use no named prepared statements, so they stay correct
+// across schema migrations and behind PgBouncer in transaction mode.
+//
+// # Behind PgBouncer
+//
+// sqlguard needs no session state: every check and its writes are one
+// transaction, so it works through a pooler in transaction mode (tested
+// with PgBouncer 1.18, pool_mode = transaction). PgBouncer before 1.21
+// keeps no prepared statements across transactions: open the database/sql
+// pool with default_query_exec_mode=exec (or simple_protocol) in the pgx
+// connection string, and set pgx.ConnConfig.DefaultQueryExecMode likewise
+// for your own statements on the pgx path.
+//
+// pgx/v5/stdlib caches prepared statements per connection (pgx's default
+// mode), sqlguard's included: after a migration that changes a column's
+// type, the next run of a cached statement fails once with SQLSTATE 0A000
+// "cached plan must not change result type". sqlguard classifies it as
+// [ErrRetryable], so [Guard.RunTx] runs the transaction again and gets the
+// new schema's results.
+//
 // # Two modes
 //
 // Fence-table mode is the general one. A table (default "fence_tokens",
@@ -28,6 +52,11 @@
 //	MySQL, MariaDB:     INSERT ... (token 0) ON DUPLICATE KEY UPDATE resource = resource;
 //	                    UPDATE ... SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?
 //
+// A resource is bound to a lock for good: by [Guard.Bind], which declares
+// it in advance, or else by the first token that fences it, whatever its
+// lock (so a first token of the wrong lock would bind it wrongly). Bind
+// each resource when several locks or outside callers can name it.
+//
 // Several resources are fenced in sorted order, so transactions that fence
 // overlapping sets cannot deadlock on each other. [Guard.RunTx] begins the
 // transaction, fences, runs your function and commits, retrying the whole
@@ -39,11 +68,15 @@
 // NULL)" to your parenthesised predicate. It needs no extra table but
 // compares revisions only (no lock binding), cannot fence DELETE (use a
 // tombstone flag), and on a refusal reads the rows back to tell a stale
-// token ([ErrStale]) from a missing row ([ErrNotFound]).
+// token ([ErrStale]) from a missing row ([ErrNotFound]); its
+// [*StaleError] names the row ([StaleError.Row]).
 //
 // [Guard.Record] stores an idempotency key in the same transaction and
 // refuses a repeat with [ErrDuplicate]: the fencing token stops a late
-// holder, the key stops the same request from being applied twice.
+// holder, the key stops the same request from being applied twice. Keys
+// live in their own table (default "fence_requests"), which Migrate
+// creates unless the Guard was configured with [WithTable] alone: add
+// [WithRequestTable] to use keys with a custom fence table.
 //
 // # Guarantees
 //
@@ -117,7 +150,12 @@
 //     then writes fails with SQLITE_BUSY_SNAPSHOT, which is retryable.
 //   - Marks are only as durable as the database: promoting an asynchronous
 //     replica can lose advances, and restoring etcd from a snapshot
-//     without --bump-revision can hand out old revisions again.
+//     without --bump-revision can hand out old revisions again. A new
+//     etcd cluster (a fresh embedded etcd, a rebuilt cluster) restarts
+//     revisions at 2, so marks of the old one refuse every new holder as
+//     stale until an operator resets them with [Guard.ResetMark]; with
+//     [WithCluster] each mark records the cluster ID and that refusal is a
+//     distinct [*ClusterError] ([ErrOtherCluster]).
 //   - A COMMIT interrupted by a lost connection has an unknown outcome
 //     ([ErrCommitUnknown]); use [Guard.Record] to make a re-run safe.
 //   - Only modernc.org/sqlite errors are classified for SQLite; other

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -33,9 +34,9 @@ var (
 	// with a revision <= 0 (it also matches fence.ErrInvalid), an empty or
 	// oversized name, or a malformed identifier.
 	ErrInvalid = errors.New("sqlguard: invalid argument")
-	// ErrNeedTx reports a *sql.DB passed where the statement must run in
-	// the caller's transaction.
-	ErrNeedTx = errors.New("sqlguard: needs a transaction (*sql.Tx or *sql.Conn), not *sql.DB")
+	// ErrNeedTx reports a pool (*sql.DB, or *pgxpool.Pool on the pgx path)
+	// passed where the statement must run in the caller's transaction.
+	ErrNeedTx = errors.New("sqlguard: needs a transaction, not a pool (*sql.DB, *pgxpool.Pool)")
 	// ErrUnsafeSchema reports a table whose columns would let a stale token
 	// through or are missing. Errors matching it are *SchemaError.
 	ErrUnsafeSchema = errors.New("sqlguard: unsafe schema")
@@ -50,6 +51,10 @@ var (
 	// did not confirm as its lock's current holder's. It is
 	// fence.ErrUnverified itself. Errors matching it are *UnverifiedError.
 	ErrUnverified = fence.ErrUnverified
+	// ErrOtherCluster reports a token refused as stale by a mark that a
+	// Guard of another etcd cluster wrote (see WithCluster). Errors
+	// matching it are *ClusterError, which match ErrStale too.
+	ErrOtherCluster = errors.New("sqlguard: mark from another etcd cluster")
 	// ErrMarkChanged reports a ResetMark whose expected old mark is not
 	// the resource's mark. Errors matching it are *MarkChangedError.
 	ErrMarkChanged = errors.New("sqlguard: mark changed")
@@ -60,6 +65,11 @@ type StaleError struct {
 	// Resource is the fenced resource: the resource name in fence-table
 	// mode, the table name in row-column mode.
 	Resource string
+	// Row names the refused row in row-column mode: the key columns and
+	// values of an Upsert ("id=j1"), or the Where and WhereArgs of an
+	// Update ("where (id = ?) [j1]"), at most 200 bytes. It is empty in
+	// fence-table mode. Logs never carry it.
+	Row string
 	// Token is the token that was refused.
 	Token fence.Token
 	// Current is the mark the database holds, read in the same transaction
@@ -68,9 +78,16 @@ type StaleError struct {
 	Current fence.Token
 }
 
+// The Error text ends with the way out of the one case where a stale token
+// is not a superseded holder: a new or restored etcd cluster.
 func (e *StaleError) Error() string {
-	return fmt.Sprintf("sqlguard: stale token for %q: lock %q revision %d is older than accepted revision %d",
-		e.Resource, e.Token.Lock, e.Token.Revision, e.Current.Revision)
+	what, reset := fmt.Sprintf("%q", e.Resource), "resets the mark, see sqlguard.Guard.ResetMark"
+	if e.Row != "" {
+		what, reset = fmt.Sprintf("table %q row %s", e.Resource, e.Row), "resets the row's fence column"
+	}
+	return fmt.Sprintf("sqlguard: stale token for %s: lock %q revision %d is older than accepted revision %d "+
+		"(if the current holder is refused too, the etcd cluster was replaced or restored and restarted its revisions: "+
+		"an operator %s)", what, e.Token.Lock, e.Token.Revision, e.Current.Revision, reset)
 }
 
 // Is reports whether target is ErrStale.
@@ -78,6 +95,37 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
 // Unwrap returns the equivalent *fence.StaleError.
 func (e *StaleError) Unwrap() error { return &fence.StaleError{Token: e.Token, Mark: e.Current} }
+
+// ClusterError is the error for a token older than a mark that was
+// written under another etcd cluster (see WithCluster): most likely the
+// etcd cluster was replaced or restored and restarted its revisions, and
+// every holder of the new cluster is refused until an operator resets the
+// mark with Guard.ResetMark. It matches ErrOtherCluster, ErrStale and
+// fence.ErrStale.
+type ClusterError struct {
+	// Resource is the fenced resource.
+	Resource string
+	// Token is the token that was refused.
+	Token fence.Token
+	// Current is the resource's mark.
+	Current fence.Token
+	// MarkCluster is the cluster ID, in hexadecimal, recorded with the
+	// mark; Cluster is this Guard's.
+	MarkCluster, Cluster string
+}
+
+func (e *ClusterError) Error() string {
+	return fmt.Sprintf("sqlguard: stale token for %q: lock %q revision %d is older than accepted revision %d, "+
+		"which etcd cluster %s issued, not this Guard's cluster %s: a new or restored etcd cluster restarts revisions; "+
+		"an operator resets the mark with sqlguard.Guard.ResetMark",
+		e.Resource, e.Token.Lock, e.Token.Revision, e.Current.Revision, e.MarkCluster, e.Cluster)
+}
+
+// Is reports whether target is ErrOtherCluster or ErrStale.
+func (e *ClusterError) Is(target error) bool { return target == ErrOtherCluster || target == ErrStale }
+
+// Unwrap returns the equivalent *fence.StaleError.
+func (e *ClusterError) Unwrap() error { return &fence.StaleError{Token: e.Token, Mark: e.Current} }
 
 // WrongLockError is the error for a token whose lock is not the lock the
 // resource's mark is bound to.
@@ -158,7 +206,10 @@ func (e *SchemaError) Is(target error) bool { return target == ErrUnsafeSchema }
 // a fenced transaction; RunTx applies it to whatever its function returns.
 //
 // Retryable: PostgreSQL SQLSTATE 40001 (serialization failure), 40P01
-// (deadlock), 55P03 (lock not available, e.g. lock_timeout); MySQL and
+// (deadlock), 55P03 (lock not available, e.g. lock_timeout), and 0A000
+// "cached plan must not change result type" (a statement pgx prepared
+// before a migration changed a column's type; pgx drops it, and a re-run
+// prepares it again; recognised in PostgreSQL's English message text); MySQL and
 // MariaDB 1213 (deadlock), 1205 (lock wait timeout), 1020 (record changed
 // since last read, MariaDB snapshot isolation); SQLite SQLITE_BUSY and
 // SQLITE_LOCKED with any extended code (including BUSY_SNAPSHOT), from
@@ -181,6 +232,11 @@ func (g *Guard) retryable(err error) bool {
 			switch pe.SQLState() {
 			case "40001", "40P01", "55P03":
 				return true
+			case "0A000":
+				// A statement pgx cached before a migration changed its
+				// result type; pgx has dropped it, and a re-run prepares it
+				// again. 0A000 alone is any unsupported feature.
+				return strings.Contains(err.Error(), "cached plan must not change result type")
 			}
 		}
 	case MySQL, MariaDB:

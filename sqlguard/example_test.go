@@ -161,3 +161,73 @@ func ExampleGuard_Schema() {
 	// 	seq BIGINT NOT NULL DEFAULT 0
 	// )
 }
+
+// Bind declares a resource's lock before any token fences it, so that a
+// first token of another lock cannot bind the resource to its own lock.
+func ExampleGuard_Bind() {
+	ctx := context.Background()
+	db, done := openExampleDB()
+	defer done()
+
+	g, err := sqlguard.New(sqlguard.SQLite)
+	if err != nil {
+		panic(err)
+	}
+	if err := g.Migrate(ctx, db); err != nil {
+		panic(err)
+	}
+	if err := g.Bind(ctx, db, "account/alice", "accounts"); err != nil {
+		panic(err)
+	}
+	wrong := fence.Token{Lock: "payments", Revision: 7}
+	err = g.RunTx(ctx, db, nil, wrong, []string{"account/alice"}, nil)
+	var wl *sqlguard.WrongLockError
+	if errors.As(err, &wl) {
+		fmt.Printf("refused: %q is bound to lock %q\n", wl.Resource, wl.Want)
+	}
+	right := fence.Token{Lock: "accounts", Revision: 5}
+	fmt.Println(g.RunTx(ctx, db, nil, right, []string{"account/alice"}, nil))
+	// Output:
+	// refused: "account/alice" is bound to lock "accounts"
+	// <nil>
+}
+
+// A new etcd cluster starts revisions again: with WithCluster, marks of
+// the old cluster refuse the new cluster's tokens with a *ClusterError,
+// and an operator moves the mark to the new cluster with ResetMark.
+func ExampleWithCluster() {
+	ctx := context.Background()
+	db, done := openExampleDB()
+	defer done()
+
+	// The cluster IDs come from etcd response headers (Header.ClusterId).
+	old, err := sqlguard.New(sqlguard.SQLite, sqlguard.WithCluster(0xcdf818194e3a8c32))
+	if err != nil {
+		panic(err)
+	}
+	if err := old.Migrate(ctx, db); err != nil {
+		panic(err)
+	}
+	if err := old.Claim(ctx, db, fence.Token{Lock: "accounts", Revision: 4012}, "account/alice"); err != nil {
+		panic(err)
+	}
+
+	fresh, err := sqlguard.New(sqlguard.SQLite, sqlguard.WithCluster(0x8e9e05c52164694d))
+	if err != nil {
+		panic(err)
+	}
+	tok := fence.Token{Lock: "accounts", Revision: 2} // the new cluster's first holder
+	err = fresh.Claim(ctx, db, tok, "account/alice")
+	var ce *sqlguard.ClusterError
+	if errors.As(err, &ce) {
+		fmt.Printf("refused: mark %d from cluster %s\n", ce.Current.Revision, ce.MarkCluster)
+	}
+	// The operator's recovery, once the old cluster's holders are gone.
+	if err := fresh.ResetMark(ctx, db, "account/alice", fence.Token{Lock: "accounts", Revision: 4012}, tok); err != nil {
+		panic(err)
+	}
+	fmt.Println(fresh.Claim(ctx, db, tok, "account/alice"))
+	// Output:
+	// refused: mark 4012 from cluster cdf818194e3a8c32
+	// <nil>
+}

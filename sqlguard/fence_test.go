@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
@@ -60,8 +61,11 @@ func TestFenceSemantics(t *testing.T) {
 			t.Fatalf("older (T4): got %v, want ErrStale", err)
 		}
 		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Resource != "acct" || se.Token != tok(6) || se.Current != tok(7) {
+		if !errors.As(err, &se) || se.Resource != "acct" || se.Token != tok(6) || se.Current != tok(7) || se.Row != "" {
 			t.Fatalf("StaleError: got %+v", se)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "restarted its revisions") || !strings.Contains(msg, "ResetMark") {
+			t.Fatalf("stale error does not name the new-cluster case and its recovery: %s", msg)
 		}
 		var fse *fence.StaleError
 		if !errors.As(err, &fse) || fse.Mark != tok(7) {
@@ -265,6 +269,7 @@ func TestDetect(t *testing.T) {
 	want := map[string][]sqlguard.Dialect{
 		"sqlite":                {sqlguard.SQLite},
 		"postgres":              {sqlguard.PostgreSQL},
+		"postgres-pgbouncer":    {sqlguard.PostgreSQL},
 		"mysql-foundrows=false": {sqlguard.MariaDB, sqlguard.MySQL},
 		"mysql-foundrows=true":  {sqlguard.MariaDB, sqlguard.MySQL},
 	}
@@ -312,4 +317,198 @@ func (n noSQL) QueryContext(context.Context, string, ...any) (*sql.Rows, error) 
 func (n noSQL) QueryRowContext(context.Context, string, ...any) *sql.Row {
 	n.t.Error("query ran before validation")
 	return nil
+}
+
+// TestBind: a declared resource refuses a first token of another lock,
+// binding is idempotent and never changes, and bad input changes nothing.
+func TestBind(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.g.Bind(ctx, e.db, "acct", "orders"); err != nil {
+			t.Fatalf("Bind: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != (fence.Token{Lock: "orders"}) || m.Seq != 0 {
+			t.Fatalf("mark after Bind: %+v, want orders/0 seq 0", m)
+		}
+		// The first token, of another lock, is refused: without Bind it
+		// would have bound the resource to its lock.
+		err := e.fenceTx(fence.Token{Lock: "payments", Revision: 5}, "acct")
+		var we *sqlguard.WrongLockError
+		if !errors.As(err, &we) || we.Want != "orders" || !errors.Is(err, fence.ErrWrongLock) {
+			t.Fatalf("first token of another lock: got %v, want *WrongLockError for orders", err)
+		}
+		if err := e.g.Claim(ctx, e.db, fence.Token{Lock: "payments", Revision: 6}, "acct"); !errors.Is(err, sqlguard.ErrWrongLock) {
+			t.Fatalf("Claim with another lock: got %v, want ErrWrongLock", err)
+		}
+		if err := e.fenceTx(tok(5), "acct"); err != nil {
+			t.Fatalf("first token of the bound lock: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != tok(5) || m.Seq != 1 {
+			t.Fatalf("mark: %+v, want orders/5 seq 1", m)
+		}
+		// Idempotent, in a transaction too, and it never moves a mark.
+		if err := e.g.Bind(ctx, e.db, "acct", "orders"); err != nil {
+			t.Fatalf("Bind again: %v", err)
+		}
+		tx := e.begin(ctx)
+		if err := e.g.Bind(ctx, tx, "acct", "orders"); err != nil {
+			t.Fatalf("Bind in a transaction: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		err = e.g.Bind(ctx, e.db, "acct", "payments")
+		if !errors.As(err, &we) || we.Want != "orders" || we.Token.Lock != "payments" {
+			t.Fatalf("Bind to another lock: got %v, want *WrongLockError", err)
+		}
+		// A resource fenced without Bind is bound by its first token.
+		if err := e.fenceTx(fence.Token{Lock: "payments", Revision: 3}, "undeclared"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.g.Bind(ctx, e.db, "undeclared", "orders"); !errors.Is(err, sqlguard.ErrWrongLock) {
+			t.Fatalf("Bind after a first token: got %v, want ErrWrongLock", err)
+		}
+		for name, err := range map[string]error{
+			"empty resource": e.g.Bind(ctx, e.db, "", "orders"),
+			"empty lock":     e.g.Bind(ctx, e.db, "x", ""),
+			"NUL lock":       e.g.Bind(ctx, e.db, "x", "a\x00"),
+			"long lock":      e.g.Bind(ctx, e.db, "x", strings.Repeat("l", fence.MaxNameLen+1)),
+			"nil DBTX":       e.g.Bind(ctx, nil, "x", "orders"),
+		} {
+			if !errors.Is(err, sqlguard.ErrInvalid) {
+				t.Errorf("%s: got %v, want ErrInvalid", name, err)
+			}
+		}
+		if _, err := e.g.Mark(ctx, e.db, "x"); !errors.Is(err, sqlguard.ErrNotFound) {
+			t.Fatalf("refused Binds created a row: %v", err)
+		}
+		if m := e.mark("acct"); m.Token != tok(5) || m.Seq != 1 {
+			t.Fatalf("mark at the end: %+v, want orders/5 seq 1", m)
+		}
+	})
+}
+
+// TestMigrateTableOnly: with WithTable alone, Migrate creates only the
+// fence table; WithRequestTable, or no table option, adds the request
+// table.
+func TestMigrateTableOnly(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		fences, reqs := e.prefix+"only", e.prefix+"only_req"
+		e.tables = append(e.tables, fences, reqs)
+		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(fences))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(g.Schema()); n != 1 {
+			t.Fatalf("Schema with WithTable only: %d statements, want 1", n)
+		}
+		if err := g.Migrate(ctx, e.db); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		if err := g.CheckSchema(ctx, e.db); err != nil {
+			t.Fatalf("CheckSchema: %v", err)
+		}
+		both, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(fences), sqlguard.WithRequestTable(reqs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := both.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
+			t.Fatalf("request table exists after a fence-table-only Migrate: CheckSchema = %v", err)
+		}
+		if err := both.Migrate(ctx, e.db); err != nil {
+			t.Fatalf("Migrate with WithRequestTable: %v", err)
+		}
+		if err := both.CheckSchema(ctx, e.db); err != nil {
+			t.Fatalf("CheckSchema with both: %v", err)
+		}
+		def, err := sqlguard.New(e.g.Dialect())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(def.Schema()); n != 2 {
+			t.Fatalf("default Schema: %d statements, want 2", n)
+		}
+	})
+}
+
+// TestCluster: a mark written under one etcd cluster refuses the restarted
+// revisions of a new cluster with a *ClusterError that names the recovery;
+// ResetMark moves the mark to the new cluster. Migrate adds the column to
+// a fence table made without WithCluster, and Guards without WithCluster
+// keep working on it.
+func TestCluster(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.fenceTx(tok(40), "acct"); err != nil { // before any cluster
+			t.Fatal(err)
+		}
+		withCluster := func(id uint64) *sqlguard.Guard {
+			g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
+				sqlguard.WithCluster(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		oldC, newC := withCluster(0xcdf818194e3a8c32), withCluster(0x1234)
+		if err := oldC.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
+			t.Fatalf("CheckSchema before Migrate adds cluster_id: %v", err)
+		}
+		for range 2 { // idempotent
+			if err := oldC.Migrate(ctx, e.db); err != nil {
+				t.Fatalf("Migrate adding cluster_id: %v", err)
+			}
+		}
+		fenceWith := func(g *sqlguard.Guard, tk int64) error {
+			tx := e.begin(ctx)
+			defer tx.Rollback()
+			if err := g.Fence(ctx, tx, tok(tk), "acct"); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
+		if err := fenceWith(oldC, 50); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := oldC.Mark(ctx, e.db, "acct"); err != nil || m.Cluster != "cdf818194e3a8c32" || m.Token != tok(50) {
+			t.Fatalf("Mark: %+v, %v", m, err)
+		}
+		// Same cluster, old token: plain stale.
+		var se *sqlguard.StaleError
+		if err := fenceWith(oldC, 45); !errors.As(err, &se) || errors.Is(err, sqlguard.ErrOtherCluster) {
+			t.Fatalf("old token of the same cluster: got %v, want *StaleError", err)
+		}
+		// The new cluster's first holders get revision 2 again.
+		err := fenceWith(newC, 2)
+		var ce *sqlguard.ClusterError
+		if !errors.As(err, &ce) || !errors.Is(err, sqlguard.ErrStale) || !errors.Is(err, fence.ErrStale) ||
+			ce.MarkCluster != "cdf818194e3a8c32" || ce.Cluster != "1234" || ce.Current != tok(50) {
+			t.Fatalf("new cluster's token: got %v, want *ClusterError", err)
+		}
+		if !strings.Contains(err.Error(), "ResetMark") || !strings.Contains(err.Error(), "restarts revisions") {
+			t.Fatalf("ClusterError text: %v", err)
+		}
+		// A Guard without WithCluster reads the same table and refuses
+		// with a plain *StaleError.
+		if err := e.fenceTx(tok(3), "acct"); !errors.As(err, &se) {
+			t.Fatalf("Guard without cluster: got %v, want *StaleError", err)
+		}
+		// Recovery: reset to the new cluster's holder's token.
+		if err := newC.ResetMark(ctx, e.db, "acct", tok(50), tok(2)); err != nil {
+			t.Fatalf("ResetMark: %v", err)
+		}
+		if m, err := newC.Mark(ctx, e.db, "acct"); err != nil || m.Cluster != "1234" || m.Token != tok(2) {
+			t.Fatalf("Mark after reset: %+v, %v", m, err)
+		}
+		if err := fenceWith(newC, 3); err != nil {
+			t.Fatalf("new cluster after reset: %v", err)
+		}
+		if _, err := sqlguard.New(e.g.Dialect(), sqlguard.WithCluster(0)); !errors.Is(err, sqlguard.ErrInvalid) {
+			t.Fatalf("WithCluster(0): %v", err)
+		}
+		if ddl := withCluster(1).Schema()[0]; !strings.Contains(ddl, "cluster_id") {
+			t.Fatalf("Schema with WithCluster: %s", ddl)
+		}
+	})
 }

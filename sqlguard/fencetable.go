@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Mark is a resource's row in the fence table.
@@ -23,6 +24,10 @@ type Mark struct {
 	// accepted Fence, so it orders the transactions that passed the fence
 	// in commit order.
 	Seq int64
+	// Cluster is the etcd cluster ID, in hexadecimal, of the Guard (see
+	// WithCluster) that last advanced or reset the mark; empty when that
+	// Guard had none, or when this Guard reads marks without WithCluster.
+	Cluster string
 }
 
 // Fence advances the marks of resources to tok inside the caller's
@@ -38,6 +43,13 @@ type Mark struct {
 // transaction ends, so no other fenced transaction on the resource can
 // commit in between.
 //
+// The first binding rule: a resource with no row is bound, for good, to
+// the lock of the first token that fences it (Fence, RunTx or Claim),
+// whatever that lock is; every later token of another lock is refused with
+// ErrWrongLock. When a wrong first token is possible (several locks, or
+// resources named by callers), declare each resource's lock in advance
+// with Bind.
+//
 // Errors, after which the caller must roll back q:
 //   - *StaleError (ErrStale, fence.ErrStale) when a mark is newer than tok;
 //   - *WrongLockError (ErrWrongLock) when a mark is bound to another lock;
@@ -45,16 +57,16 @@ type Mark struct {
 //     run the whole transaction again with the same token (see RunTx);
 //   - ErrInvalid (and fence.ErrInvalid for the token) before any SQL, for an
 //     invalid token, no resources, or a bad resource name;
-//   - ErrNeedTx when q is a *sql.DB;
+//   - ErrNeedTx when q is a *sql.DB (a *pgxpool.Pool on the pgx path);
 //   - the context's error (matchable with errors.Is) when ctx ends, for
 //     example during a lock wait; database/sql then rolls back a
 //     transaction begun with that context.
 func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
-	return g.decided(ctx, "fence", g.fence(ctx, q, tok, resources...))
+	return g.decided(ctx, "fence", g.fence(ctx, querier(q), tok, resources...))
 }
 
 // fence is Fence without metrics and logs.
-func (g *Guard) fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
+func (g *Guard) fence(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
 	rs, err := canonical(tok, resources)
 	if err != nil {
 		return err
@@ -92,37 +104,40 @@ func canonical(tok fence.Token, resources []string) ([]string, error) {
 	return slices.Compact(rs), nil
 }
 
-func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource string) error {
-	var res sql.Result
+func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token, resource string) error {
+	var n int64
 	var err error
 	switch g.d {
 	case PostgreSQL, SQLite:
 		// One statement: insert the mark, or advance it only when the
 		// stored token is not newer and the lock matches. The conflicting
 		// row is locked even when the WHERE is false.
-		res, err = q.ExecContext(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq) VALUES (`+
-			g.ph(1)+", "+g.ph(2)+", "+g.ph(3)+`, 1) ON CONFLICT (resource) DO UPDATE SET token = excluded.token, seq = f.seq + 1 `+
-			`WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key`,
-			resource, tok.Lock, tok.Revision)
+		cols, vals, set, args := "", "", "", []any{resource, tok.Lock, tok.Revision}
+		if g.cluster != "" {
+			cols, vals, set, args = ", cluster_id", ", "+g.ph(4), ", cluster_id = excluded.cluster_id", append(args, g.cluster)
+		}
+		n, err = q.Exec(ctx, "INSERT INTO "+g.table+` AS f (resource, lock_key, token, seq`+cols+`) VALUES (`+
+			g.ph(1)+", "+g.ph(2)+", "+g.ph(3)+`, 1`+vals+`) ON CONFLICT (resource) DO UPDATE SET token = excluded.token, seq = f.seq + 1`+set+
+			` WHERE f.token <= excluded.token AND f.lock_key = excluded.lock_key`, args...)
 	case MySQL, MariaDB:
 		// ON DUPLICATE KEY UPDATE has no WHERE, so make sure the row
 		// exists (token 0 is below every valid token), then run the guarded
 		// UPDATE. seq always changes, so the affected count is 1 for an
 		// accepted token whatever clientFoundRows says.
-		_, err = q.ExecContext(ctx, "INSERT INTO "+g.table+
+		_, err = q.Exec(ctx, "INSERT INTO "+g.table+
 			" (resource, lock_key, token, seq) VALUES (?, ?, 0, 0) ON DUPLICATE KEY UPDATE resource = resource",
 			resource, tok.Lock)
 		if err != nil {
 			return g.wrapErr(ctx, "fence "+fmt.Sprintf("%q", resource), err)
 		}
-		res, err = q.ExecContext(ctx, "UPDATE "+g.table+
-			" SET seq = seq + 1, token = ? WHERE resource = ? AND lock_key = ? AND token <= ?",
-			tok.Revision, resource, tok.Lock, tok.Revision)
+		set, args := "", []any{tok.Revision}
+		if g.cluster != "" {
+			set, args = ", cluster_id = ?", append(args, g.cluster)
+		}
+		n, err = q.Exec(ctx, "UPDATE "+g.table+
+			" SET seq = seq + 1, token = ?"+set+" WHERE resource = ? AND lock_key = ? AND token <= ?",
+			append(args, resource, tok.Lock, tok.Revision)...)
 	}
-	if err != nil {
-		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return g.wrapErr(ctx, fmt.Sprintf("fence %q", resource), err)
 	}
@@ -138,6 +153,8 @@ func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource 
 	switch {
 	case m.Token.Lock != tok.Lock:
 		return &WrongLockError{Resource: resource, Token: tok, Want: m.Token.Lock}
+	case m.Token.Revision > tok.Revision && g.cluster != "" && m.Cluster != "" && m.Cluster != g.cluster:
+		return &ClusterError{Resource: resource, Token: tok, Current: m.Token, MarkCluster: m.Cluster, Cluster: g.cluster}
 	case m.Token.Revision > tok.Revision:
 		return &StaleError{Resource: resource, Token: tok, Current: m.Token}
 	}
@@ -145,12 +162,18 @@ func (g *Guard) fenceOne(ctx context.Context, q DBTX, tok fence.Token, resource 
 	return &RetryableError{Err: fmt.Errorf("fence %q: refused, but the mark %d allows %d", resource, m.Token.Revision, tok.Revision)}
 }
 
-// Mark returns resource's mark, or an error matching ErrNotFound when no
-// token was ever accepted for it. It is a plain read: inside a transaction
-// after Fence it shows that transaction's own advance; elsewhere it may be
+// Mark returns resource's mark, or an error matching ErrNotFound (and
+// fence.ErrNoMark, as guard's Mark) when the resource was never fenced nor
+// bound. A resource bound with Bind that no token fenced yet has a mark of
+// revision 0 and Seq 0. It is a plain read: inside a transaction after
+// Fence it shows that transaction's own advance; elsewhere it may be
 // out of date as soon as it returns. Use it for display and tests, never to
 // decide whether to write.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error) {
+	return g.mark(ctx, querier(q), resource)
+}
+
+func (g *Guard) mark(ctx context.Context, q backend.Querier, resource string) (Mark, error) {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return Mark{}, err
 	}
@@ -160,16 +183,25 @@ func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error)
 	return g.readMark(ctx, q, resource, false)
 }
 
-func (g *Guard) readMark(ctx context.Context, q DBTX, resource string, locking bool) (Mark, error) {
-	query := "SELECT lock_key, token, seq FROM " + g.table + " WHERE resource = " + g.ph(1)
+func (g *Guard) readMark(ctx context.Context, q backend.Querier, resource string, locking bool) (Mark, error) {
+	cols := "lock_key, token, seq"
+	m := Mark{Resource: resource}
+	var cluster sql.NullString
+	dest := []any{&m.Token.Lock, &m.Token.Revision, &m.Seq}
+	if g.cluster != "" {
+		// Guards without WithCluster work on tables without the column.
+		cols += ", cluster_id"
+		dest = append(dest, &cluster)
+	}
+	query := "SELECT " + cols + " FROM " + g.table + " WHERE resource = " + g.ph(1)
 	if locking {
 		query += g.lockingRead()
 	}
-	m := Mark{Resource: resource}
-	err := q.QueryRowContext(ctx, query, resource).Scan(&m.Token.Lock, &m.Token.Revision, &m.Seq)
+	found, err := queryRow(ctx, q, query, []any{resource}, dest...)
+	m.Cluster = cluster.String
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return Mark{}, fmt.Errorf("%w: no mark for resource %q", ErrNotFound, resource)
+	case err == nil && !found:
+		return Mark{}, fmt.Errorf("%w (%w): resource %q", ErrNotFound, fence.ErrNoMark, resource)
 	case err != nil:
 		return Mark{}, g.wrapErr(ctx, fmt.Sprintf("read mark %q", resource), err)
 	}
@@ -184,10 +216,18 @@ func (g *Guard) readMark(ctx context.Context, q DBTX, resource string, locking b
 // transaction commits.) Claim retries retryable conflicts like RunTx and
 // returns the same errors as Fence.
 func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resources ...string) error {
+	var begin backend.Begin
+	if db != nil {
+		begin = beginSQL(db, nil)
+	}
+	return g.claim(ctx, begin, tok, resources...)
+}
+
+func (g *Guard) claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
 	if len(resources) == 0 {
 		return g.decided(ctx, "claim", fmt.Errorf("%w: no resources to claim", ErrInvalid))
 	}
-	return g.decided(ctx, "claim", g.runTx(ctx, db, nil, tok, resources, nil, false))
+	return g.decided(ctx, "claim", g.runTx(ctx, begin, tok, resources, nil, false))
 }
 
 // RunTx runs fn in a transaction that is fenced first: it begins a
@@ -207,13 +247,21 @@ func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resourc
 // committed.
 func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
 	fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return g.runTx(ctx, db, opts, tok, resources, fn, true)
+	var begin backend.Begin
+	if db != nil {
+		begin = beginSQL(db, opts)
+	}
+	var f func(context.Context, backend.Tx) error
+	if fn != nil {
+		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
+	}
+	return g.runTx(ctx, begin, tok, resources, f, true)
 }
 
 // runTx is RunTx; countFence says whether its Fence calls are counted and
 // logged as op "fence" (Claim counts its own result instead).
-func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
-	fn func(ctx context.Context, tx *sql.Tx) error, countFence bool) error {
+func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+	fn func(context.Context, backend.Tx) error, countFence bool) error {
 	if len(resources) > 0 {
 		if _, err := canonical(tok, resources); err != nil {
 			return err
@@ -221,7 +269,7 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	} else if err := validToken(tok); err != nil {
 		return err
 	}
-	if db == nil {
+	if begin == nil {
 		return fmt.Errorf("%w: run tx: nil Beginner", ErrInvalid)
 	}
 	if len(resources) > 0 {
@@ -237,7 +285,7 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = g.runOnce(ctx, db, opts, tok, resources, fn, countFence)
+		err = g.runOnce(ctx, begin, tok, resources, fn, countFence)
 		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
 			return err
 		}
@@ -256,23 +304,23 @@ func (g *Guard) runTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	}
 }
 
-func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
-	fn func(ctx context.Context, tx *sql.Tx) error, countFence bool) (err error) {
-	tx, err := db.BeginTx(ctx, opts)
+func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+	fn func(context.Context, backend.Tx) error, countFence bool) (err error) {
+	tx, err := begin(ctx)
 	if err != nil {
 		return g.wrapErr(ctx, "begin", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback() // the error that matters is err
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that matters is err
 		}
 	}()
 	if len(resources) > 0 {
-		fenceFn := g.fence
+		err := g.fence(ctx, tx, tok, resources...)
 		if countFence {
-			fenceFn = g.Fence
+			err = g.decided(ctx, "fence", err)
 		}
-		if err := fenceFn(ctx, tx, tok, resources...); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -281,16 +329,68 @@ func (g *Guard) runOnce(ctx context.Context, db Beginner, opts *sql.TxOptions, t
 			return ctxErr(ctx, g.Classify(err))
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		if errors.Is(err, ErrRetryable) || g.retryable(err) {
 			return g.wrapErr(ctx, "commit", err)
 		}
-		if serverError(err) || errors.Is(err, sql.ErrTxDone) {
+		if serverError(err) || tx.Done(err) {
 			// The database refused the commit, or the transaction had
 			// already ended (rolled back when ctx was cancelled).
 			return fmt.Errorf("sqlguard: commit: %w", ctxErr(ctx, err))
 		}
 		return fmt.Errorf("sqlguard: commit: %w", errors.Join(ErrCommitUnknown, ctxErr(ctx, err)))
+	}
+	return nil
+}
+
+// Bind declares that resource is protected by lock: it creates the
+// resource's row in the fence table bound to lock, with no token yet
+// (revision 0, below every valid token), so that the first token of
+// another lock is refused with ErrWrongLock instead of binding the
+// resource to the wrong lock (see Fence for the first binding rule).
+//
+// Binding is idempotent: when the resource is already bound to lock, with
+// or without a mark, Bind returns nil and changes nothing. When it is bound
+// to another lock, Bind changes nothing and returns a *WrongLockError
+// whose Want is the lock it is bound to and whose Token is
+// {Lock: lock, Revision: 0}. A binding is never changed by sqlguard; to
+// move a resource to another lock, delete its row while no holder writes.
+//
+// q may be a *sql.DB: the row is inserted if absent, then read. Errors:
+// ErrInvalid before any SQL for an invalid resource or lock name;
+// *WrongLockError; *RetryableError; the context's error. Bind is not
+// counted in the decision metrics.
+func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
+	return g.bind(ctx, querier(q), resource, lock)
+}
+
+func (g *Guard) bind(ctx context.Context, q backend.Querier, resource, lock string) error {
+	if err := validText("resource name", resource, MaxResourceLen); err != nil {
+		return err
+	}
+	if err := validText("lock name", lock, fence.MaxNameLen); err != nil {
+		return err
+	}
+	if q == nil {
+		return fmt.Errorf("%w: bind: nil DBTX", ErrInvalid)
+	}
+	insert := "INSERT INTO " + g.table + " (resource, lock_key, token, seq) VALUES (" + g.ph(1) + ", " + g.ph(2) + ", 0, 0) "
+	if g.d.mysqlLike() {
+		insert += "ON DUPLICATE KEY UPDATE resource = resource"
+	} else {
+		insert += "ON CONFLICT (resource) DO NOTHING"
+	}
+	if _, err := q.Exec(ctx, insert, resource, lock); err != nil {
+		return g.wrapErr(ctx, fmt.Sprintf("bind %q", resource), err)
+	}
+	// lock_key never changes once the row exists, so a plain read after
+	// the insert tells the binding.
+	m, err := g.readMark(ctx, q, resource, false)
+	if err != nil {
+		return err
+	}
+	if m.Token.Lock != lock {
+		return &WrongLockError{Resource: resource, Token: fence.Token{Lock: lock}, Want: m.Token.Lock}
 	}
 	return nil
 }

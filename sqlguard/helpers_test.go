@@ -23,6 +23,10 @@ const (
 	envPG      = "FENCEKIT_PG_DSN"    // e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 	envMySQL   = "FENCEKIT_MYSQL_DSN" // e.g. root@tcp(127.0.0.1:3306)/test
 	envRequire = "FENCEKIT_REQUIRE_DB"
+	// envPgBouncer names PgBouncer in pool_mode = transaction in front of
+	// the server of envPG, e.g.
+	// postgres://postgres@127.0.0.1:6432/test?sslmode=disable.
+	envPgBouncer = "FENCEKIT_PGBOUNCER_DSN"
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +47,7 @@ func backends() []backend {
 		{name: "sqlite", open: func(t *testing.T) *sql.DB { return openSQLite(t, true) },
 			deferred: func(t *testing.T) *sql.DB { return openSQLite(t, false) }},
 		{name: "postgres", open: openPG},
+		{name: "postgres-pgbouncer", open: openPgBouncer},
 		{name: "mysql-foundrows=false", open: func(t *testing.T) *sql.DB { return openMySQL(t, false) }},
 		{name: "mysql-foundrows=true", open: func(t *testing.T) *sql.DB { return openMySQL(t, true) }},
 	}
@@ -88,7 +93,12 @@ func dsnOrSkip(t *testing.T, env string) string {
 		if os.Getenv(envRequire) == "1" {
 			t.Fatalf("%s is not set and %s=1", env, envRequire)
 		}
-		t.Skipf("%s not set; set it to run against a real database (and %s=1 to make that mandatory)", env, envRequire)
+		hint := "set it to run against a real database"
+		if env == envPgBouncer {
+			hint = "set it to a PgBouncer in pool_mode = transaction in front of the server of " + envPG +
+				" (bash .ci/run starts one: postgres://postgres@127.0.0.1:6432/test?sslmode=disable)"
+		}
+		t.Skipf("%s not set; %s (and %s=1 to make that mandatory)", env, hint, envRequire)
 	}
 	return dsn
 }
@@ -114,6 +124,24 @@ func openPG(t *testing.T) *sql.DB {
 		t.Fatalf("open postgres: %v", err)
 	}
 	ping(t, db, envPG)
+	return db
+}
+
+// openPgBouncer opens PostgreSQL through PgBouncer in transaction mode.
+// PgBouncer 1.18 keeps no prepared statements across transactions, so the
+// connections use pgx's exec mode, as sqlguard's doc tells users to.
+func openPgBouncer(t *testing.T) *sql.DB {
+	t.Helper()
+	dsn := dsnOrSkip(t, envPgBouncer)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("pgx", dsn+sep+"default_query_exec_mode=exec")
+	if err != nil {
+		t.Fatalf("open pgbouncer: %v", err)
+	}
+	ping(t, db, envPgBouncer)
 	return db
 }
 

@@ -3,6 +3,8 @@ package sqlguard
 import (
 	"context"
 	"fmt"
+
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Record records the idempotency key requestID in the caller's transaction
@@ -18,10 +20,10 @@ import (
 // it. Keys are kept until you delete them (the table has created_at for
 // that); requestID must be 1 to MaxRequestIDLen bytes of UTF-8 without NUL.
 func (g *Guard) Record(ctx context.Context, q DBTX, requestID string) error {
-	return g.decided(ctx, "record", g.record(ctx, q, requestID))
+	return g.decided(ctx, "record", g.record(ctx, querier(q), requestID))
 }
 
-func (g *Guard) record(ctx context.Context, q DBTX, requestID string) error {
+func (g *Guard) record(ctx context.Context, q backend.Querier, requestID string) error {
 	if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
 		return err
 	}
@@ -32,7 +34,7 @@ func (g *Guard) record(ctx context.Context, q DBTX, requestID string) error {
 		// A failed INSERT does not abort a MySQL transaction. INSERT IGNORE
 		// would also hide other errors, and ON DUPLICATE KEY UPDATE counts
 		// depend on clientFoundRows.
-		_, err := q.ExecContext(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES (?)", requestID)
+		_, err := q.Exec(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES (?)", requestID)
 		if isMySQLNumber(err, 1062) { // ER_DUP_ENTRY
 			return &DuplicateError{RequestID: requestID}
 		}
@@ -43,12 +45,8 @@ func (g *Guard) record(ctx context.Context, q DBTX, requestID string) error {
 	}
 	// A failed INSERT would abort a PostgreSQL transaction; DO NOTHING
 	// reports the duplicate as zero rows instead.
-	res, err := q.ExecContext(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES ("+g.ph(1)+
+	n, err := q.Exec(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES ("+g.ph(1)+
 		") ON CONFLICT (request_id) DO NOTHING", requestID)
-	if err != nil {
-		return g.wrapErr(ctx, "record request", err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return g.wrapErr(ctx, "record request", err)
 	}
@@ -61,14 +59,18 @@ func (g *Guard) record(ctx context.Context, q DBTX, requestID string) error {
 // Recorded reports whether requestID was recorded, with a plain read. It is
 // for display and tests; only Record decides atomically.
 func (g *Guard) Recorded(ctx context.Context, q DBTX, requestID string) (bool, error) {
+	return g.recorded(ctx, querier(q), requestID)
+}
+
+func (g *Guard) recorded(ctx context.Context, q backend.Querier, requestID string) (bool, error) {
 	if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
 		return false, err
 	}
 	if q == nil {
 		return false, fmt.Errorf("%w: recorded: nil DBTX", ErrInvalid)
 	}
-	var n int
-	err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+g.requests+" WHERE request_id = "+g.ph(1), requestID).Scan(&n)
+	var n int64
+	_, err := queryRow(ctx, q, "SELECT COUNT(*) FROM "+g.requests+" WHERE request_id = "+g.ph(1), []any{requestID}, &n)
 	if err != nil {
 		return false, g.wrapErr(ctx, "read request", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/internal/promreg"
@@ -47,7 +48,9 @@ func WithMetrics(reg prometheus.Registerer) Option {
 // row-column mode), "lock" (a hash of the lock the resource is bound to,
 // the same as lease's "lock"), "fence" (the refused token's revision),
 // "fence_lock" (a hash of the token's lock, when it differs from "lock"),
-// "mark" (the revision the database holds) and, for a duplicate, "request"
+// "mark" (the revision the database holds), for a mark of another etcd
+// cluster "mark_cluster" and "cluster" (see WithCluster) and, for a
+// duplicate, "request"
 // (a hash of the idempotency key). By default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
@@ -135,14 +138,21 @@ func (g *Guard) decided(ctx context.Context, op string, err error) error {
 	}
 	var attrs []slog.Attr
 	var stale *StaleError
+	var cl *ClusterError
 	var wrong *WrongLockError
 	var dup *DuplicateError
 	var unv *UnverifiedError
 	msg := "sqlguard: fencing token refused"
 	switch {
 	case errors.As(err, &unv):
+		// The verifier's text may quote the token, lock name included:
+		// log the lock's hash in its place.
 		attrs = []slog.Attr{logattr.Lock(unv.Token.Lock), logattr.Fence(unv.Token.Revision),
-			slog.String("error", unv.Err.Error())}
+			slog.String("error", strings.ReplaceAll(unv.Err.Error(), unv.Token.Lock, logattr.Hash(unv.Token.Lock)))}
+	case errors.As(err, &cl):
+		attrs = []slog.Attr{slog.String("resource", cl.Resource), logattr.Lock(cl.Current.Lock),
+			logattr.Fence(cl.Token.Revision), slog.Int64("mark", cl.Current.Revision),
+			slog.String("mark_cluster", cl.MarkCluster), slog.String("cluster", cl.Cluster)}
 	case errors.As(err, &stale):
 		attrs = []slog.Attr{slog.String("resource", stale.Resource), logattr.Lock(stale.Current.Lock),
 			logattr.Fence(stale.Token.Revision), slog.Int64("mark", stale.Current.Revision)}

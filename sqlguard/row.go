@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Assign is one "column = value" of a row-column write. Value is always
@@ -65,11 +67,11 @@ type RowUpdate struct {
 // *RetryableError; the context's error. q may be a *sql.DB, in which case
 // Update runs in a transaction of its own, unless u.Single is set.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
-	n, err := g.updateRows(ctx, q, tok, u)
+	n, err := g.updateRows(ctx, querier(q), tok, u)
 	return n, g.decided(ctx, "update", err)
 }
 
-func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
+func (g *Guard) updateRows(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
 	if err := validToken(tok); err != nil {
 		return 0, err
 	}
@@ -97,40 +99,39 @@ func (g *Guard) updateRows(ctx context.Context, q DBTX, tok fence.Token, u RowUp
 		return g.updateSingle(ctx, q, tok, u, table, col, sets)
 	}
 	var n int64
-	err = g.inTx(ctx, q, func(q DBTX) error {
+	err = g.inTx(ctx, q, func(q backend.Querier) error {
 		var err error
-		n, err = g.update(ctx, q, tok, u, table, col, sets)
+		n, err = g.update(ctx, q, tok, u, table, col, sets, describeWhere(u.Where, u.WhereArgs))
 		return err
 	})
 	return n, err
 }
 
-func (g *Guard) update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+// row describes the targeted rows for a *StaleError.
+func (g *Guard) update(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string, row string) (int64, error) {
 	query, args := g.updateStmt(tok, u, table, col, sets)
-	if _, err := q.ExecContext(ctx, query, args...); err != nil {
+	if _, err := q.Exec(ctx, query, args...); err != nil {
 		return 0, g.wrapErr(ctx, "update "+u.Table, err)
 	}
 	// Classify with a locking read of every targeted row. The affected
 	// count alone cannot tell stale from missing, nor (on MySQL without
 	// clientFoundRows) an unchanged row from a refused one, nor a partial
 	// multi-row update.
-	return g.verifyRows(ctx, q, tok, u.Table, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")"+g.lockingRead(), u.WhereArgs)
+	return g.verifyRows(ctx, q, tok, u.Table, row, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")"+g.lockingRead(), u.WhereArgs)
 }
 
 // updateSingle is Update for a Where that selects at most one row: one
 // guarded statement, and a read only when it changed nothing.
-func (g *Guard) updateSingle(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
+func (g *Guard) updateSingle(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string) (int64, error) {
 	query, args := g.updateStmt(tok, u, table, col, sets)
-	res, err := q.ExecContext(ctx, query, args...)
-	if err != nil {
+	if n, err := q.Exec(ctx, query, args...); err != nil {
 		return 0, g.wrapErr(ctx, "update "+u.Table, err)
-	}
-	if n, err := res.RowsAffected(); err == nil && n > 0 {
+	} else if n > 0 {
 		return n, nil
 	}
 	// Nothing changed: the row is missing, newer, or (MySQL without
 	// clientFoundRows) already held these values under this very token.
-	rows, err := q.QueryContext(ctx, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")", u.WhereArgs...)
+	rows, err := q.Query(ctx, "SELECT "+col+" FROM "+table+" WHERE ("+u.Where+")", u.WhereArgs...)
 	if err != nil {
 		return 0, g.wrapErr(ctx, "verify "+u.Table, err)
 	}
@@ -154,7 +155,8 @@ func (g *Guard) updateSingle(ctx context.Context, q DBTX, tok fence.Token, u Row
 	case n == 0:
 		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, u.Table)
 	case newest > tok.Revision:
-		return 0, &StaleError{Resource: u.Table, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+		return 0, &StaleError{Resource: u.Table, Row: describeWhere(u.Where, u.WhereArgs), Token: tok,
+			Current: fence.Token{Lock: tok.Lock, Revision: newest}}
 	case oldest < tok.Revision:
 		// The UPDATE would have raised it: the row appeared after it ran.
 		return 0, fmt.Errorf("%w: no row in %s matched when the update ran", ErrNotFound, u.Table)
@@ -191,8 +193,8 @@ func (g *Guard) updateStmt(tok fence.Token, u RowUpdate, table, col string, sets
 	return b.String(), args
 }
 
-func (g *Guard) verifyRows(ctx context.Context, q DBTX, tok fence.Token, name, query string, args []any) (int64, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func (g *Guard) verifyRows(ctx context.Context, q backend.Querier, tok fence.Token, name, row, query string, args []any) (int64, error) {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return 0, g.wrapErr(ctx, "verify "+name, err)
 	}
@@ -213,7 +215,7 @@ func (g *Guard) verifyRows(ctx context.Context, q DBTX, tok fence.Token, name, q
 	case n == 0:
 		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, name)
 	case newest > tok.Revision:
-		return 0, &StaleError{Resource: name, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+		return 0, &StaleError{Resource: name, Row: row, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
 	}
 	return n, nil
 }
@@ -241,10 +243,10 @@ type RowUpsert struct {
 // WHERE). q may be a *sql.DB, in which case Upsert runs in a transaction of
 // its own.
 func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
-	return g.decided(ctx, "upsert", g.upsertRow(ctx, q, tok, u))
+	return g.decided(ctx, "upsert", g.upsertRow(ctx, querier(q), tok, u))
 }
 
-func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
+func (g *Guard) upsertRow(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
 	if err := validToken(tok); err != nil {
 		return err
 	}
@@ -269,12 +271,12 @@ func (g *Guard) upsertRow(ctx context.Context, q DBTX, tok fence.Token, u RowUps
 	if err := g.verify(ctx, "upsert", tok); err != nil {
 		return err
 	}
-	return g.inTx(ctx, q, func(q DBTX) error {
+	return g.inTx(ctx, q, func(q backend.Querier) error {
 		return g.upsert(ctx, q, tok, u, table, col, keys, sets)
 	})
 }
 
-func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert, table, col string, keys, sets []string) error {
+func (g *Guard) upsert(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert, table, col string, keys, sets []string) error {
 	cols := append(append(append([]string{}, keys...), sets...), col)
 	args := make([]any, 0, len(cols))
 	phs := make([]string, 0, len(cols))
@@ -299,7 +301,7 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 	values := " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(phs, ", ") + ")"
 
 	if g.d.mysqlLike() {
-		_, err := q.ExecContext(ctx, insert+values, args...)
+		_, err := q.Exec(ctx, insert+values, args...)
 		if err == nil {
 			return nil
 		}
@@ -308,7 +310,7 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 		}
 		// The key exists: the guarded UPDATE (which may set only the fence).
 		_, err = g.update(ctx, q, tok, RowUpdate{Table: u.Table, Column: u.Column, Set: u.Set,
-			Where: strings.Join(where, " AND "), WhereArgs: whereArgs}, table, col, sets)
+			Where: strings.Join(where, " AND "), WhereArgs: whereArgs}, table, col, sets, describeKey(u.Key))
 		return err
 	}
 
@@ -320,18 +322,14 @@ func (g *Guard) upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 		b.WriteString(s + " = excluded." + s + ", ")
 	}
 	b.WriteString(col + " = excluded." + col + " WHERE sg_row." + col + " <= excluded." + col + " OR sg_row." + col + " IS NULL")
-	res, err := q.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return g.wrapErr(ctx, "upsert "+u.Table, err)
-	}
-	n, err := res.RowsAffected()
+	n, err := q.Exec(ctx, b.String(), args...)
 	if err != nil {
 		return g.wrapErr(ctx, "upsert "+u.Table, err)
 	}
 	if n == 1 {
 		return nil
 	}
-	_, err = g.verifyRows(ctx, q, tok, u.Table, verify, whereArgs)
+	_, err = g.verifyRows(ctx, q, tok, u.Table, describeKey(u.Key), verify, whereArgs)
 	if err == nil {
 		// Refused, yet not newer: cannot happen while the row is locked.
 		err = &RetryableError{Err: fmt.Errorf("upsert %s: refused, but the stored fence allows %d", u.Table, tok.Revision)}
@@ -369,23 +367,56 @@ func (g *Guard) assignments(as []Assign, fenceCol string) ([]string, error) {
 	return out, nil
 }
 
-// inTx runs f on q, or in a transaction of its own when q is a *sql.DB, so
-// that a multi-statement step never commits halfway.
-func (g *Guard) inTx(ctx context.Context, q DBTX, f func(DBTX) error) error {
-	db, ok := q.(*sql.DB)
-	if !ok {
+// inTx runs f on q, or in a transaction of its own when q is a pool
+// (*sql.DB, *pgxpool.Pool), so that a multi-statement step never commits
+// halfway.
+func (g *Guard) inTx(ctx context.Context, q backend.Querier, f func(backend.Querier) error) error {
+	if !q.Pool() {
 		return f(q)
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := q.Begin(ctx)
 	if err != nil {
 		return g.wrapErr(ctx, "begin", err)
 	}
 	if err := f(tx); err != nil {
-		_ = tx.Rollback() // the error that matters is f's
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that matters is f's
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return g.wrapErr(ctx, "commit", err)
 	}
 	return nil
+}
+
+// maxRowDesc bounds StaleError.Row.
+const maxRowDesc = 200
+
+// describeWhere names the rows an Update targeted: its predicate and
+// arguments.
+func describeWhere(where string, args []any) string {
+	d := "where (" + strings.TrimSpace(where) + ")"
+	if len(args) > 0 {
+		d += " " + fmt.Sprintf("%v", args)
+	}
+	return truncate(d)
+}
+
+// describeKey names the row an Upsert targeted: its key columns and values.
+func describeKey(key []Assign) string {
+	parts := make([]string, len(key))
+	for i, a := range key {
+		parts[i] = fmt.Sprintf("%s=%v", a.Column, a.Value)
+	}
+	return truncate(strings.Join(parts, ", "))
+}
+
+func truncate(s string) string {
+	if len(s) <= maxRowDesc {
+		return s
+	}
+	cut := maxRowDesc
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

@@ -84,6 +84,11 @@ func testRowUpdate(t *testing.T, e *env, single bool) {
 		if !errors.As(err, &se) || se.Current.Revision != 7 || se.Resource != items {
 			t.Fatalf("older (T4): got %v, want *StaleError current 7", err)
 		}
+		// The error names the row, and the way out of a restarted etcd.
+		if se.Row != "where ("+idIs+") [a]" || !strings.Contains(err.Error(), se.Row) ||
+			!strings.Contains(err.Error(), "etcd cluster was replaced or restored") {
+			t.Fatalf("stale Update names row %q: %v", se.Row, err)
+		}
 		if v, f := e.row(items, "a"); v != "v7" || f != 7 {
 			t.Fatalf("row after stale: %q/%d, want v7/7", v, f)
 		}
@@ -155,8 +160,8 @@ func TestRowUpsert(t *testing.T) {
 		}
 		err := up(6, "k", "v6")
 		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Current.Revision != 8 {
-			t.Fatalf("stale upsert: got %v", err)
+		if !errors.As(err, &se) || se.Current.Revision != 8 || se.Row != "id=k" || !strings.Contains(err.Error(), `row id=k`) {
+			t.Fatalf("stale upsert: got %v (row %q)", err, se.Row)
 		}
 		if v, f := e.row(items, "k"); v != "v8" || f != 8 {
 			t.Fatalf("row: %q/%d", v, f)

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Schema returns the DDL that creates g's fence table and idempotency-key
 // table, one statement per element, each "CREATE TABLE IF NOT EXISTS". Run
-// it with your migration tool, or call Migrate.
+// it with your migration tool, or call Migrate. The idempotency-key table
+// is left out when g was configured with WithTable and without
+// WithRequestTable (see WithTable).
 //
 // The fence table holds one row per resource: resource (primary key),
 // lock_key (the lock the mark is bound to), token (the mark) and seq (the
@@ -18,6 +22,18 @@ import (
 // because their default collations compare "Orders" equal to "orders" and
 // ignore trailing spaces.
 func (g *Guard) Schema() []string {
+	ddl := g.schema()
+	if g.cluster != "" {
+		i := strings.LastIndex(ddl[0], "\n)")
+		ddl[0] = ddl[0][:i] + ",\n\tcluster_id " + g.clusterType() + ddl[0][i:]
+	}
+	if !g.withReq {
+		return ddl[:1]
+	}
+	return ddl
+}
+
+func (g *Guard) schema() []string {
 	switch g.d {
 	case PostgreSQL:
 		return []string{
@@ -63,26 +79,65 @@ func (g *Guard) Schema() []string {
 
 // Migrate runs Schema on q and then CheckSchema. It is idempotent. An
 // existing table of the same name is left as is and checked: Migrate fails
-// with *SchemaError when it is unsafe.
+// with *SchemaError when it is unsafe. It creates the idempotency-key table
+// only when Schema includes it (see WithTable).
 func (g *Guard) Migrate(ctx context.Context, q DBTX) error {
+	return g.migrate(ctx, querier(q))
+}
+
+func (g *Guard) migrate(ctx context.Context, q backend.Querier) error {
 	if q == nil {
 		return fmt.Errorf("%w: migrate: nil DBTX", ErrInvalid)
 	}
 	for _, stmt := range g.Schema() {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
+		if _, err := q.Exec(ctx, stmt); err != nil {
 			return g.wrapErr(ctx, "migrate", err)
 		}
 	}
-	return g.CheckSchema(ctx, q)
+	if g.cluster != "" {
+		// A fence table made before WithCluster lacks the column.
+		cols, err := g.columns(ctx, q, g.tname)
+		if err != nil {
+			return err
+		}
+		if _, ok := cols["cluster_id"]; !ok {
+			_, err := q.Exec(ctx, "ALTER TABLE "+g.table+" ADD COLUMN cluster_id "+g.clusterType())
+			if err != nil {
+				// A concurrent Migrate may have added it; CheckSchema tells.
+				if cols, cerr := g.columns(ctx, q, g.tname); cerr != nil || !hasCol(cols, "cluster_id") {
+					return g.wrapErr(ctx, "migrate: add cluster_id", err)
+				}
+			}
+		}
+	}
+	return g.checkSchema(ctx, q)
+}
+
+func hasCol(cols map[string]colInfo, name string) bool {
+	_, ok := cols[name]
+	return ok
+}
+
+// clusterType is the type of the fence table's cluster_id column: a
+// nullable string, compared in Go.
+func (g *Guard) clusterType() string {
+	if g.d.mysqlLike() {
+		return "VARBINARY(32) NULL"
+	}
+	return "TEXT"
 }
 
 // CheckSchema verifies that the fence table and the idempotency-key table
-// exist with safe column types. It returns *SchemaError (ErrUnsafeSchema)
+// (when Schema includes it) exist with safe column types. It returns *SchemaError (ErrUnsafeSchema)
 // for a missing table or column, a token or seq column that is not a
 // non-null 64-bit integer (on SQLite: without INTEGER affinity, where 10
 // compares below '9' as text and a stale token would pass), or, on MySQL
 // and MariaDB, name columns that are not binary strings.
 func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
+	return g.checkSchema(ctx, querier(q))
+}
+
+func (g *Guard) checkSchema(ctx context.Context, q backend.Querier) error {
 	if q == nil {
 		return fmt.Errorf("%w: check schema: nil DBTX", ErrInvalid)
 	}
@@ -100,6 +155,12 @@ func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
 			return err
 		}
 	}
+	if g.cluster != "" && !hasCol(cols, "cluster_id") {
+		return &SchemaError{Table: g.tname, Column: "cluster_id", Reason: "column does not exist (WithCluster needs it; Migrate adds it)"}
+	}
+	if !g.withReq {
+		return nil
+	}
 	rcols, err := g.columns(ctx, q, g.rname)
 	if err != nil {
 		return err
@@ -111,6 +172,10 @@ func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
 // a 64-bit integer (SQLite: INTEGER affinity). A nullable column is
 // accepted; NULL counts as 0. It returns *SchemaError otherwise.
 func (g *Guard) CheckColumn(ctx context.Context, q DBTX, table, column string) error {
+	return g.checkColumn(ctx, querier(q), table, column)
+}
+
+func (g *Guard) checkColumn(ctx context.Context, q backend.Querier, table, column string) error {
 	if column == "" {
 		column = DefaultColumn
 	}
@@ -135,7 +200,7 @@ type colInfo struct {
 	notNull bool
 }
 
-func (g *Guard) columns(ctx context.Context, q DBTX, name string) (map[string]colInfo, error) {
+func (g *Guard) columns(ctx context.Context, q backend.Querier, name string) (map[string]colInfo, error) {
 	schema, table, qualified := strings.Cut(name, ".")
 	if !qualified {
 		schema, table = "", name
@@ -158,7 +223,7 @@ WHERE table_name = ? AND table_schema = COALESCE(NULLIF(?, ''), DATABASE())`
 		query = `SELECT name, type, "notnull" <> 0 FROM pragma_table_info(?, ?)`
 		args = []any{table, schema}
 	}
-	rows, err := q.QueryContext(ctx, query, args...)
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, g.wrapErr(ctx, "read schema of "+name, err)
 	}

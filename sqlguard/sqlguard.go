@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -124,10 +125,14 @@ type Option interface{ apply(*config) error }
 
 type config struct {
 	table, requests string
-	attempts        int
-	registerer      prometheus.Registerer
-	logger          *slog.Logger
-	verifier        Verifier
+	// tableSet and requestsSet record WithTable and WithRequestTable: the
+	// request table is part of the schema unless only WithTable was given.
+	tableSet, requestsSet bool
+	attempts              int
+	registerer            prometheus.Registerer
+	logger                *slog.Logger
+	verifier              Verifier
+	cluster               string
 }
 
 type optionFunc func(*config) error
@@ -137,24 +142,34 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 // WithTable sets the fence table's name (default DefaultTable). The name is
 // one identifier or "schema.table"; see the package doc for what an
 // identifier may contain.
+//
+// With WithTable and without WithRequestTable, the Guard has no
+// idempotency-key table: Schema, Migrate and CheckSchema leave it out, and
+// Record and Recorded fail on a missing table. Add WithRequestTable to use
+// idempotency keys.
 func WithTable(name string) Option {
 	return optionFunc(func(c *config) error {
 		if err := validName(name); err != nil {
 			return fmt.Errorf("fence table: %w", err)
 		}
 		c.table = name
+		c.tableSet = true
 		return nil
 	})
 }
 
 // WithRequestTable sets the idempotency-key table's name (default
-// DefaultRequestTable), with the same rules as WithTable.
+// DefaultRequestTable), with the same rules as WithTable, and makes
+// Schema, Migrate and CheckSchema include it. A Guard with neither
+// WithTable nor WithRequestTable has both tables under their default
+// names.
 func WithRequestTable(name string) Option {
 	return optionFunc(func(c *config) error {
 		if err := validName(name); err != nil {
 			return fmt.Errorf("request table: %w", err)
 		}
 		c.requests = name
+		c.requestsSet = true
 		return nil
 	})
 }
@@ -171,6 +186,28 @@ func WithMaxAttempts(n int) Option {
 	})
 }
 
+// WithCluster records id, the ID of the etcd cluster that issues the
+// Guard's tokens (the ClusterId of any etcd response header, e.g.
+// clientv3.Client.MemberList(ctx).Header.ClusterId), with every mark the
+// Guard advances or resets, in the fence table's cluster_id column (Migrate
+// adds it to an existing table). A token refused as stale by a mark that
+// another cluster's Guard wrote is then reported as a *ClusterError
+// (ErrOtherCluster, and ErrStale too): a new or restored etcd cluster
+// starts revisions again, so every holder of it is refused until an
+// operator resets the mark with ResetMark. id must not be 0. Without
+// WithCluster, marks carry no cluster and such a refusal is a plain
+// *StaleError whose text names this case. Row-column mode records no
+// cluster.
+func WithCluster(id uint64) Option {
+	return optionFunc(func(c *config) error {
+		if id == 0 {
+			return fmt.Errorf("%w: cluster ID 0", ErrInvalid)
+		}
+		c.cluster = strconv.FormatUint(id, 16)
+		return nil
+	})
+}
+
 // Guard writes fenced statements in one dialect. It holds no connection and
 // no state besides its configuration (and the metrics and logger of
 // WithMetrics and WithLogger, and the verified tokens of WithVerifier),
@@ -181,6 +218,8 @@ type Guard struct {
 	tname    string // unquoted, as configured
 	requests string // quoted
 	rname    string
+	withReq  bool   // Schema, Migrate and CheckSchema include the request table
+	cluster  string // WithCluster's ID in hexadecimal, or ""
 	attempts int
 	met      *metrics // nil without WithMetrics
 	log      *slog.Logger
@@ -217,6 +256,8 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		tname:    c.table,
 		requests: quoteName(d, c.requests),
 		rname:    c.requests,
+		withReq:  c.requestsSet || !c.tableSet,
+		cluster:  c.cluster,
 		attempts: c.attempts,
 		met:      met,
 		log:      c.logger,
@@ -328,14 +369,31 @@ func validToken(tok fence.Token) error {
 	return nil
 }
 
-// needTx refuses a *sql.DB where the statement must share the caller's
-// transaction.
-func needTx(q DBTX, op string) error {
+// needTx refuses a pool (*sql.DB, *pgxpool.Pool) where the statement must
+// share the caller's transaction.
+func needTx(q backend.Querier, op string) error {
 	if q == nil {
 		return fmt.Errorf("%w: %s: nil DBTX", ErrInvalid, op)
 	}
-	if _, ok := q.(*sql.DB); ok {
-		return fmt.Errorf("%w: %s", ErrNeedTx, op)
+	if q.Pool() {
+		return fmt.Errorf("%w: %s on %s", ErrNeedTx, op, q.Kind())
 	}
 	return nil
+}
+
+// queryRow runs a query expected to return at most one row and scans it
+// into dest. found is false when there is no row.
+func queryRow(ctx context.Context, q backend.Querier, query string, args []any, dest ...any) (found bool, err error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return false, rows.Err()
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return false, err
+	}
+	return true, rows.Err()
 }

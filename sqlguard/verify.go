@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
 // Verifier confirms that a fencing token was issued by the lock service to
@@ -151,8 +152,9 @@ func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChang
 // ResetMark sets resource's mark in the fence table back from old to
 // next: the recovery from a poisoned mark, a token no acquisition made
 // (written before a verifier was configured, or from an etcd cluster
-// restored without --bump-revision), which refuses every real holder as
-// stale. It is an operator's action, never part of normal operation: it
+// restored without --bump-revision, or from the etcd cluster a new one
+// replaced, which restarts revisions), which refuses every real holder as
+// stale. With WithCluster the reset mark records this Guard's cluster. It is an operator's action, never part of normal operation: it
 // can let a superseded holder write again, so pick next as the current
 // holder's token (or lower) and stop the writers of the old mark first.
 //
@@ -164,6 +166,10 @@ func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChang
 // and for old's lock (ErrInvalid otherwise). A reset is logged at Warn
 // with both marks ("mark_old", "mark"); the row's seq grows by one.
 func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, next fence.Token) error {
+	return g.resetMark(ctx, querier(q), resource, old, next)
+}
+
+func (g *Guard) resetMark(ctx context.Context, q backend.Querier, resource string, old, next fence.Token) error {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return err
 	}
@@ -179,12 +185,14 @@ func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, nex
 	if q == nil {
 		return fmt.Errorf("%w: reset mark: nil DBTX", ErrInvalid)
 	}
-	res, err := q.ExecContext(ctx, "UPDATE "+g.table+" SET token = "+g.ph(1)+", seq = seq + 1 WHERE resource = "+g.ph(2)+
-		" AND lock_key = "+g.ph(3)+" AND token = "+g.ph(4), next.Revision, resource, old.Lock, old.Revision)
-	if err != nil {
-		return g.wrapErr(ctx, fmt.Sprintf("reset mark %q", resource), err)
+	set, args := "", []any{next.Revision}
+	if g.cluster != "" {
+		// The reset mark belongs to this Guard's cluster from now on.
+		set, args = ", cluster_id = "+g.ph(2), append(args, g.cluster)
 	}
-	n, err := res.RowsAffected()
+	i := len(args)
+	n, err := q.Exec(ctx, "UPDATE "+g.table+" SET token = "+g.ph(1)+set+", seq = seq + 1 WHERE resource = "+g.ph(i+1)+
+		" AND lock_key = "+g.ph(i+2)+" AND token = "+g.ph(i+3), append(args, resource, old.Lock, old.Revision)...)
 	if err != nil {
 		return g.wrapErr(ctx, fmt.Sprintf("reset mark %q", resource), err)
 	}

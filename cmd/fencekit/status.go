@@ -34,6 +34,9 @@ type recordJSON struct {
 	Session      string    `json:"session"`
 	SessionTTL   float64   `json:"session_ttl_seconds"`
 	Key          string    `json:"key"`
+	Kind         string    `json:"kind,omitempty"`
+	Held         bool      `json:"held"`
+	Value        string    `json:"value,omitempty"`
 }
 
 // lockJSON is one lock in "status --json" output.
@@ -66,6 +69,9 @@ func toRecordJSON(r lease.Record) recordJSON {
 		Session:      strconv.FormatInt(r.Session, 16),
 		SessionTTL:   r.SessionTTL.Seconds(),
 		Key:          r.Key,
+		Kind:         r.Kind,
+		Held:         r.Held,
+		Value:        r.Value,
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -92,7 +93,7 @@ func route(r *http.Request) (guard.Target, bool) {
 // arrive from the network, so a token that would raise a mark is
 // verified against the lock records first (in the same Txn, since marks
 // and locks share the cluster).
-func startService(cli *clientv3.Client, counts *outcomes) (*http.Server, string, error) {
+func startService(cli *clientv3.Client, reg prometheus.Registerer) (*http.Server, string, error) {
 	store, err := etcdstore.New(cli, "/httpguard/marks/")
 	if err != nil {
 		return nil, "", err
@@ -101,14 +102,11 @@ func startService(cli *clientv3.Client, counts *outcomes) (*http.Server, string,
 	if err != nil {
 		return nil, "", err
 	}
-	g, err := guard.New(store, guard.WithHook(counts.hook), guard.WithVerifier(verifier))
+	g, err := guard.New(store, guard.WithMetrics(reg), guard.WithVerifier(verifier))
 	if err != nil {
 		return nil, "", err
 	}
-	fenced, err := g.Middleware(route)
-	if err != nil {
-		return nil, "", err
-	}
+	fenced := g.Middleware(route)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
@@ -118,16 +116,27 @@ func startService(cli *clientv3.Client, counts *outcomes) (*http.Server, string,
 	return srv, "http://" + ln.Addr().String(), nil
 }
 
-// outcomes counts the guard's decisions, as a metrics hook would.
-type outcomes struct {
-	mu sync.Mutex
-	n  map[guard.Outcome]int
-}
-
-func (o *outcomes) hook(_ context.Context, e guard.Event) {
-	o.mu.Lock()
-	o.n[e.Outcome]++
-	o.mu.Unlock()
+// decisions reads fencekit_guard_decisions_total back from reg, by
+// outcome, as a Prometheus server scraping the service would.
+func decisions(reg prometheus.Gatherer) (map[string]float64, error) {
+	fams, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	n := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "fencekit_guard_decisions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					n[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n, nil
 }
 
 // worker is one process that writes reports while it holds the lease.
@@ -181,8 +190,8 @@ func run() error {
 		return err
 	}
 	defer svcCli.Close()
-	counts := &outcomes{n: map[guard.Outcome]int{}}
-	srv, base, err := startService(svcCli, counts)
+	reg := prometheus.NewRegistry()
+	srv, base, err := startService(svcCli, reg)
 	if err != nil {
 		return err
 	}
@@ -307,9 +316,11 @@ func run() error {
 	}
 	fmt.Println("B released")
 
-	counts.mu.Lock()
-	fmt.Printf("guard decisions: accepted %d, stale %d, missing %d, unverified %d\n",
-		counts.n[guard.Accepted], counts.n[guard.Stale], counts.n[guard.Missing], counts.n[guard.Unverified])
-	counts.mu.Unlock()
+	n, err := decisions(reg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("guard decisions: accepted %v, stale %v, missing %v, unverified %v\n",
+		n["accepted"], n["stale"], n["missing"], n["unverified"])
 	return nil
 }

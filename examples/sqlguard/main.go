@@ -7,6 +7,10 @@
 //
 //	go run ./examples/sqlguard                       # SQLite in a temp file
 //	go run ./examples/sqlguard -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	go run ./examples/sqlguard -pgx -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// With -pgx the workers write through pgx natively (a *pgxpool.Pool and
+// package sqlguard/pgxguard) instead of database/sql.
 //
 // etcd is embedded and runs in a temporary directory. The program exits 0
 // when every step happened as printed and leaves nothing behind: the
@@ -31,19 +35,26 @@ import (
 	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
+	"github.com/fencekit/fencekit/sqlguard/pgxguard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 )
 
 func main() {
 	dsn := flag.String("dsn", "", "PostgreSQL DSN (pgx); empty: SQLite in a temporary file")
+	usePgx := flag.Bool("pgx", false, "write through pgx natively (pgxpool and sqlguard/pgxguard); needs -dsn")
 	flag.Parse()
-	if err := run(*dsn, os.Stdout); err != nil {
+	if *usePgx && *dsn == "" {
+		log.Fatal("-pgx needs -dsn")
+	}
+	if err := run(*dsn, *usePgx, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(dsn string, out io.Writer) (err error) {
+func run(dsn string, usePgx bool, out io.Writer) (err error) {
 	dir, err := os.MkdirTemp("", "fencekit-sqlguard-")
 	if err != nil {
 		return err
@@ -92,6 +103,19 @@ func run(dsn string, out io.Writer) (err error) {
 	if _, err := db.ExecContext(ctx, "INSERT INTO "+accounts+" (id, owner, balance) VALUES ('alice', 'nobody', 100)"); err != nil {
 		return err
 	}
+	// With -pgx, the same Guard through pgx's own pool and types.
+	var pool *pgxpool.Pool
+	var pg *pgxguard.Guard
+	if usePgx {
+		if pool, err = pgxpool.New(ctx, dsn); err != nil {
+			return err
+		}
+		defer pool.Close()
+		if pg, err = pgxguard.Wrap(g); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "writes through pgx (pgxguard)")
+	}
 	ph := func(i int) string { // placeholders differ between the dialects
 		if g.Dialect() == sqlguard.PostgreSQL {
 			return fmt.Sprintf("$%d", i)
@@ -101,6 +125,12 @@ func run(dsn string, out io.Writer) (err error) {
 	// deposit is a worker's critical section: fence the account, then write,
 	// in one transaction.
 	deposit := func(l *lease.Lease, who string, amount int) error {
+		if usePgx {
+			return pg.RunTx(ctx, pool, pgx.TxOptions{}, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "UPDATE "+accounts+" SET owner = $1, balance = balance + $2 WHERE id = 'alice'", who, amount)
+				return err
+			})
+		}
 		return g.RunTx(ctx, db, nil, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "UPDATE "+accounts+" SET owner = "+ph(1)+", balance = balance + "+ph(2)+
 				" WHERE id = 'alice'", who, amount)

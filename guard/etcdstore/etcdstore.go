@@ -85,12 +85,16 @@ func (s *Store) Advance(ctx context.Context, resource string, t fence.Token) (fe
 	}
 }
 
-// Mark implements guard.Store.
+// Mark implements guard.Store: it returns an error matching
+// fence.ErrNoMark for a resource without a mark.
 func (s *Store) Mark(ctx context.Context, resource string) (fence.Token, error) {
 	key := s.Key(resource)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
 		return fence.Token{}, fmt.Errorf("etcdstore: read mark: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fence.Token{}, fmt.Errorf("etcdstore: resource %q: %w", resource, fence.ErrNoMark)
 	}
 	mark, _, err := decodeMark(key, resp.Kvs)
 	return mark, err

@@ -11,7 +11,10 @@
 // The server interceptors apply guard's rule (see package guard) and
 // refuse with status errors carrying a google.rpc.ErrorInfo detail whose
 // Domain is [ErrorDomain]: a stale or wrong-lock token is
-// codes.Aborted ([CodeRejected]); a token a verifier did not confirm
+// codes.Aborted ([CodeRejected]); the current holder's token refused by a
+// mark ahead of the lock service (guard.ErrMarkAhead) is
+// codes.FailedPrecondition ([CodeMarkAhead]): an operator must reset the
+// mark; a token a verifier did not confirm
 // (guard.WithVerifier) is codes.PermissionDenied ([CodeUnverified]); a
 // missing or malformed token codes.InvalidArgument; a store or verifier
 // failure codes.Unavailable, safe to retry. The handler runs only for an

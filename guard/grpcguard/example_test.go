@@ -22,10 +22,7 @@ func ExampleUnaryServerInterceptor() {
 	route := func(context.Context, string, any) (guard.Target, bool) {
 		return guard.Target{Resource: "orders", Lock: "orders"}, true
 	}
-	intercept, err := grpcguard.UnaryServerInterceptor(g, route)
-	if err != nil {
-		panic(err)
-	}
+	intercept := grpcguard.UnaryServerInterceptor(g, route)
 	// Pass it to grpc.NewServer with grpc.UnaryInterceptor(intercept);
 	// here it is called directly, as the server would.
 	info := &grpc.UnaryServerInfo{FullMethod: "/example.Orders/Put"}

@@ -34,6 +34,10 @@ const (
 	// CodeUnverified answers a newer token that the Guard's verifier
 	// (guard.WithVerifier) did not confirm.
 	CodeUnverified = codes.PermissionDenied
+	// CodeMarkAhead answers the current holder's token refused by a mark
+	// ahead of the lock service (guard.ErrMarkAhead): the system is not
+	// in a state to accept it until an operator resets the mark.
+	CodeMarkAhead = codes.FailedPrecondition
 )
 
 // The reasons in the google.rpc.ErrorInfo detail of the interceptors'
@@ -60,6 +64,9 @@ const (
 	// ReasonUnverified: the token is newer than the resource's mark and
 	// the verifier did not confirm it (codes.PermissionDenied).
 	ReasonUnverified = "UNVERIFIED_FENCING_TOKEN"
+	// ReasonMarkAhead: the token is the lock's current holder's, and the
+	// resource's mark is ahead of it (codes.FailedPrecondition).
+	ReasonMarkAhead = "FENCING_MARK_AHEAD"
 )
 
 // RouteFunc maps a gRPC call to the Target it writes. req is the
@@ -72,18 +79,17 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 // guard.Guard.Middleware: it reads the token from MetadataKey and runs the
 // handler through g (guard.Guard.Serve), with the token in its context.
 // Refusals are status errors carrying an ErrorInfo detail: stale or wrong
-// lock gives CodeRejected (codes.Aborted), an unverified token
+// lock gives CodeRejected (codes.Aborted), a mark ahead of the lock
+// service CodeMarkAhead (codes.FailedPrecondition), an unverified token
 // CodeUnverified (codes.PermissionDenied), a missing or malformed token
 // codes.InvalidArgument, a store or verifier failure codes.Unavailable.
 // Calls route declines run unchecked, with a valid token, if sent, in
 // their context.
-func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.UnaryServerInterceptor, error) {
-	if g == nil {
-		return nil, errors.New("grpcguard: nil guard")
-	}
-	if route == nil {
-		return nil, errors.New("grpcguard: nil route func")
-	}
+//
+// It panics if g or route is nil, so that it chains inline
+// (grpc.ChainUnaryInterceptor) and misuse shows at start-up.
+func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) grpc.UnaryServerInterceptor {
+	mustServe(g, route)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		tgt, ok := route(ctx, info.FullMethod, req)
 		var resp any
@@ -93,26 +99,31 @@ func UnaryServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.UnaryServerIn
 			return herr
 		})
 		return resp, err
-	}, nil
+	}
+}
+
+// mustServe panics on the misuse of a server interceptor constructor.
+func mustServe(g *guard.Guard, route RouteFunc) {
+	if g == nil {
+		panic("grpcguard: nil guard")
+	}
+	if route == nil {
+		panic("grpcguard: nil route func")
+	}
 }
 
 // StreamServerInterceptor is the streaming form of UnaryServerInterceptor.
 // The token is checked once, when the stream starts, and the resource is
 // held until the handler returns: a long stream keeps other writers of
-// the resource waiting.
-func StreamServerInterceptor(g *guard.Guard, route RouteFunc) (grpc.StreamServerInterceptor, error) {
-	if g == nil {
-		return nil, errors.New("grpcguard: nil guard")
-	}
-	if route == nil {
-		return nil, errors.New("grpcguard: nil route func")
-	}
+// the resource waiting. It panics if g or route is nil.
+func StreamServerInterceptor(g *guard.Guard, route RouteFunc) grpc.StreamServerInterceptor {
+	mustServe(g, route)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		tgt, ok := route(ss.Context(), info.FullMethod, nil)
 		return serveRPC(ss.Context(), g, tgt, ok, func(ctx context.Context) error {
 			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
 		})
-	}, nil
+	}
 }
 
 type serverStream struct {
@@ -151,7 +162,11 @@ func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
 	var code codes.Code
 	var rej *guard.RejectedError
 	var unv *guard.UnverifiedError
+	var ahead *guard.MarkAheadError
 	switch {
+	case errors.As(err, &ahead):
+		code, info.Reason = CodeMarkAhead, ReasonMarkAhead
+		info.Metadata["mark_revision"] = strconv.FormatInt(ahead.Mark.Revision, 10)
 	case errors.As(err, &unv):
 		code, info.Reason = CodeUnverified, ReasonUnverified
 		if !unv.Mark.IsZero() {

@@ -119,14 +119,8 @@ func rpcRoute(_ context.Context, method string, req any) (guard.Target, bool) {
 // and returns a client connection with the client interceptors.
 func startRPC(t *testing.T, g *guard.Guard) (*itemsRPC, *grpc.ClientConn) {
 	t.Helper()
-	unary, err := grpcguard.UnaryServerInterceptor(g, rpcRoute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := grpcguard.StreamServerInterceptor(g, rpcRoute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	unary := grpcguard.UnaryServerInterceptor(g, rpcRoute)
+	stream := grpcguard.StreamServerInterceptor(g, rpcRoute)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -313,19 +307,24 @@ func newGuard(t *testing.T, opts ...guard.Option) *guard.Guard {
 	return g
 }
 
-func TestInterceptorsValidate(t *testing.T) {
+// TestInterceptorsPanicOnMisuse: a nil guard or route is a programming
+// error, reported when the interceptor is made, not on every call.
+func TestInterceptorsPanicOnMisuse(t *testing.T) {
 	g := newGuard(t)
-	if _, err := grpcguard.UnaryServerInterceptor(g, nil); err == nil {
-		t.Error("UnaryServerInterceptor(g, nil): got nil error")
-	}
-	if _, err := grpcguard.StreamServerInterceptor(g, nil); err == nil {
-		t.Error("StreamServerInterceptor(g, nil): got nil error")
-	}
-	if _, err := grpcguard.UnaryServerInterceptor(nil, rpcRoute); err == nil {
-		t.Error("UnaryServerInterceptor(nil, route): got nil error")
-	}
-	if _, err := grpcguard.StreamServerInterceptor(nil, rpcRoute); err == nil {
-		t.Error("StreamServerInterceptor(nil, route): got nil error")
+	for name, f := range map[string]func(){
+		"UnaryServerInterceptor(g, nil)":      func() { grpcguard.UnaryServerInterceptor(g, nil) },
+		"StreamServerInterceptor(g, nil)":     func() { grpcguard.StreamServerInterceptor(g, nil) },
+		"UnaryServerInterceptor(nil, route)":  func() { grpcguard.UnaryServerInterceptor(nil, rpcRoute) },
+		"StreamServerInterceptor(nil, route)": func() { grpcguard.StreamServerInterceptor(nil, rpcRoute) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		}()
 	}
 }
 
@@ -363,5 +362,45 @@ func TestGRPCUnverified(t *testing.T) {
 	}
 	if got := svc.appliedTo("item/1"); !slices.Equal(got, []fence.Token{holder.Fence(), holder.Fence()}) {
 		t.Errorf("applied %v, want the holder's two calls", got)
+	}
+}
+
+// TestGRPCMarkAhead: the current holder refused by a mark from elsewhere
+// (here written straight into the store, as an earlier etcd cluster's
+// holder would have) is FailedPrecondition with reason FENCING_MARK_AHEAD,
+// not a retryable Aborted.
+func TestGRPCMarkAhead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	locks, err := lease.New(etcdtest.Client(t, etcdtest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	holder, err := locks.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := guard.NewMemoryStore()
+	old := tok("items", holder.Fence().Revision+1000)
+	if _, err := store.Advance(ctx, "item/1", old); err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(store, guard.WithVerifier(locks.Verifier()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, conn := startRPC(t, g)
+	err = put(fence.NewContext(ctx, holder.Fence()), conn, "item/1")
+	info := errorInfo(err)
+	if status.Code(err) != grpcguard.CodeMarkAhead || info.GetReason() != grpcguard.ReasonMarkAhead ||
+		info.GetMetadata()["mark_revision"] != strconv.FormatInt(old.Revision, 10) {
+		t.Errorf("holder against a mark ahead: %v (%v), want FailedPrecondition/%s", err, info, grpcguard.ReasonMarkAhead)
+	}
+	if err := g.ResetMark(ctx, "item/1", old, holder.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Errorf("holder after ResetMark: %v", err)
 	}
 }

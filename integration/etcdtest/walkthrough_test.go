@@ -77,7 +77,7 @@ func Example_walkthrough() {
 	// that records, in order, the writes it applied.
 	var history check.History
 	g, _ := guard.New(guard.NewMemoryStore())
-	fenced, _ := g.Middleware(func(*http.Request) (guard.Target, bool) {
+	fenced := g.Middleware(func(*http.Request) (guard.Target, bool) {
 		return guard.Target{Resource: "orders-log", Lock: "orders"}, true
 	})
 	log := httptest.NewServer(fenced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

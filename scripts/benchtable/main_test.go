@@ -10,41 +10,88 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// sample is shaped like `go test -bench` output of integration/bench_*_test.go
+// (metrics sorted by unit, as the testing package prints them).
 const sample = `goos: linux
-BenchmarkCycle/fencekit/uncontended-2   100  1800000 ns/op
-BenchmarkCycle/fencekit/uncontended-2   100  1600000 ns/op
-BenchmarkCycle/fencekit/uncontended-2   100  9900000 ns/op
-BenchmarkCycle/etcdmutex/uncontended-2  100  1700000 ns/op
-BenchmarkCycle/floor/uncontended-2      100  1700000 ns/op
-BenchmarkHandoff/fencekit/n=2-2   10  1 ns/op  1.5 ms/handoff
-BenchmarkHandoff/etcdmutex/n=2-2  10  1 ns/op  45 ms/handoff
-BenchmarkHandoff/fencekit/n=16-2  10  1 ns/op  4.0 ms/handoff
-BenchmarkGuard/floor/http-2     1000  200 ns/op
-BenchmarkGuard/fencekit/http-2  1000  9000 ns/op
+BenchmarkGuard/http-2   1   0.00209 fencekit-cpu-ms/op   0.00880 fencekit-ms/op   0.00027 floor-cpu-ms/op   0.000200 floor-ms/op   5000 ops/block   7.3 ratio:fencekit/floor   11.8 ratio:fencekit/floor-max   6.7 ratio:fencekit/floor-min   20 rounds
+BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   1.90 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.12 ratio:fencekit/etcdmutex   1.30 ratio:fencekit/etcdmutex-max   0.90 ratio:fencekit/etcdmutex-min   1.40 ratio:fencekit/floor   1.80 ratio:fencekit/floor-max   1.30 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
+BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   1.70 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.02 ratio:fencekit/etcdmutex   1.10 ratio:fencekit/etcdmutex-max   0.80 ratio:fencekit/etcdmutex-min   1.00 ratio:fencekit/floor   1.05 ratio:fencekit/floor-max   0.95 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
+BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   9.00 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.04 ratio:fencekit/etcdmutex   1.12 ratio:fencekit/etcdmutex-max   0.85 ratio:fencekit/etcdmutex-min   1.05 ratio:fencekit/floor   1.09 ratio:fencekit/floor-max   0.97 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
+BenchmarkFanout/N=256-2   1   1.2 etcdmutex-cpu-ms/op   1.8 etcdmutex-ms/op   47.5 fencekit-cpu-ms/op   31.4 fencekit-ms/op   1.41 fencekit@0-cpu-ms/op   1.37 fencekit@0-ms/op   25 ops/block   17.4 ratio:fencekit/etcdmutex   19 ratio:fencekit/etcdmutex-max   15 ratio:fencekit/etcdmutex-min   22.9 ratio:fencekit/fencekit@0   25 ratio:fencekit/fencekit@0-max   20 ratio:fencekit/fencekit@0-min   34 cpuratio:fencekit/etcdmutex   40 cpuratio:fencekit/etcdmutex-max   30 cpuratio:fencekit/etcdmutex-min   33 cpuratio:fencekit/fencekit@0   36 cpuratio:fencekit/fencekit@0-max   31 cpuratio:fencekit/fencekit@0-min   20 rounds
+BenchmarkHandoff/n=2-2   1   4.8 etcdmutex-cpu-ms/op   45 etcdmutex-ms/op   1.2 fencekit-cpu-ms/op   1.5 fencekit-ms/op   20 ops/block   30 ratio:etcdmutex/fencekit   33 ratio:etcdmutex/fencekit-max   19 ratio:etcdmutex/fencekit-min   0.69 ratio:fencekit/uncontended   1.02 ratio:fencekit/uncontended-max   0.59 ratio:fencekit/uncontended-min   12 rounds   1.5 uncontended-cpu-ms/op   2.07 uncontended-ms/op
+BenchmarkHandoff/n=64-2   1   3.8 etcdmutex-cpu-ms/op   6.1 etcdmutex-ms/op   13.5 fencekit-cpu-ms/op   23.5 fencekit-ms/op   20 ops/block   0.26 ratio:etcdmutex/fencekit   0.31 ratio:etcdmutex/fencekit-max   0.25 ratio:etcdmutex/fencekit-min   9.84 ratio:fencekit/uncontended   13.7 ratio:fencekit/uncontended-max   5.4 ratio:fencekit/uncontended-min   12 rounds   1.4 uncontended-cpu-ms/op   2.03 uncontended-ms/op
+BenchmarkLossSignal/fencekit/partition-2   1   100 early_pct   589.4 margin_ms   6 trials
+BenchmarkLossSignal/etcdmutex/partition-2  1   66.67 early_pct   -508.4 margin_ms   6 trials
+BenchmarkLossSignal/fencekit/overwrite-2   1   1.5 ms/signal   60 max-ms/signal   10 trials
+BenchmarkManyLocks/fencekit/n=100000-2   1   8576 acquires/s   2100 heapB/lock   0.3 keepalives/s   1 watchers
 PASS
 `
 
 func TestTable(t *testing.T) {
-	vals, order, err := parse(strings.NewReader(sample))
+	res, err := parse(strings.NewReader(sample))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := vals[key{"Cycle", "uncontended", "ns/op"}]["fencekit"]; len(got) != 3 {
+	cycle := row{"Cycle", "uncontended"}
+	if got := res.vals[cycle]["fencekit-ms/op"]; len(got) != 3 {
 		t.Fatalf("fencekit cycle values: %v", got)
 	}
+	if got := res.arms(row{"Fanout", "N=256"}); strings.Join(got, ",") != "fencekit,etcdmutex,fencekit@0" {
+		t.Errorf("Fanout arms = %v", got)
+	}
+	if got := res.vals[row{"LossSignal", "partition"}]["etcdmutex-early_pct"]; len(got) != 1 || got[0] != 66.67 {
+		t.Errorf("etcdmutex partition early_pct = %v", got)
+	}
+	var order []string
+	for _, rw := range res.rows {
+		if len(order) == 0 || order[len(order)-1] != rw.bench {
+			order = append(order, rw.bench)
+		}
+	}
+	if got := strings.Join(order, ","); got != "Cycle,Fanout,Handoff,Guard,LossSignal,ManyLocks" {
+		t.Errorf("row order %s", got)
+	}
 	var out bytes.Buffer
-	write(&out, vals, order, "test machine", "cmd")
+	write(&out, res, "test machine", "cmd")
 	table := out.String()
 	for _, want := range []string{
-		// median of 1.6, 1.8, 9.9 ms is 1.8 ms: the outlier does not count
-		"| Cycle | uncontended | ns/op | 1.800 ms | 1.700 ms | 1.700 ms | 1.06x | 1.06x | MISSED: <= 1.10x floor and <= etcdmutex |",
-		"met: <= 2x cycle (0.83x); >= 20x faster than etcdmutex (30.0x)",
-		"MISSED: <= 2x cycle (2.22x)",
-		"MISSED: < 5 µs added (8.80 µs)",
-		"on test machine",
+		"`cmd` on test machine",
+		// figures: medians over runs (the 9 ms outlier does not count)
+		"| Cycle | uncontended | 20 × 50 | 1.90 ms | 1.70 ms | floor: 1.20 ms | 1.40 ms | 1.30 ms | floor: 1.00 ms |",
+		"| Fanout | N=256 | 20 × 25 | 31.4 ms | 1.80 ms | fencekit@0: 1.37 ms | 47.5 ms | 1.20 ms | fencekit@0: 1.41 ms |",
+		// ratios: median of the runs' medians, min of mins, max of maxes
+		"| Cycle | uncontended | fencekit/floor | 1.05x (0.95x–1.80x) | 1.40x (1.30x–1.50x) | ≤ 1.10x | met (median; not every round) |",
+		"| Cycle | uncontended | fencekit/etcdmutex | 1.04x (0.80x–1.30x) | 1.08x (1.00x–1.20x) | ≤ 1.05x | met (median; not every round) |",
+		"| Fanout | N=256 | fencekit/fencekit@0 | 22.9x (20.0x–25.0x) | 33.0x (31.0x–36.0x) | ≤ 1.25x | **MISSED** |",
+		"| Fanout | N=256 | fencekit/etcdmutex | 17.4x (15.0x–19.0x) | 34.0x (30.0x–40.0x) | ≤ 1.25x | **MISSED** |",
+		"| Handoff | n=2 | etcdmutex/fencekit | 30.0x (19.0x–33.0x) |  | ≥ 20.0x | met (median; not every round) |",
+		"| Handoff | n=2 | fencekit/uncontended | 0.69x (0.59x–1.02x) |  | ≤ 2.00x | met |",
+		"| Handoff | n=64 | fencekit/uncontended | 9.84x (5.40x–13.7x) |  | ≤ 2.00x | **MISSED** |",
+		"| Handoff | n=64 | etcdmutex/fencekit | 0.26x (0.25x–0.31x) |  |  |  |",
+		"| Guard | http | fencekit/floor | 7.30x (6.70x–11.8x) |  | adds < 5 µs (adds 8.6 µs) | **MISSED** |",
+		// other figures
+		"| LossSignal | partition | early_pct | 100 | 66.67 | Done before any other acquisition in 100% of trials | met |",
+		"| LossSignal | partition | margin_ms | 589.4 | -508.4 |  |  |",
+		"| LossSignal | overwrite | ms/signal | 1.5 |  | ≤ 50 ms (median) | met |",
+		"| ManyLocks | n=100000 | heapB/lock | 2100 |  | ≤ 2 KiB per lock | **MISSED** |",
+		"| ManyLocks | n=100000 | keepalives/s | 0.3 |  | constant: one per TTL/3 whatever n (≤ 0.5/s) | met |",
+		"| ManyLocks | n=100000 | watchers | 1 |  |  |  |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
+
+func TestBenchLineNames(t *testing.T) {
+	for _, tc := range []struct{ line, name string }{
+		{"BenchmarkHandoff/n=2-2   1   1.5 fencekit-ms/op", "Handoff/n=2"},
+		{"BenchmarkGuard/sqlite-rowcol-16   1   1.5 fencekit-ms/op", "Guard/sqlite-rowcol"},
+		{"BenchmarkFanout/N=256   1   1.5 fencekit-ms/op", "Fanout/N=256"},
+	} {
+		m := benchLine.FindStringSubmatch(tc.line)
+		if m == nil || m[1] != tc.name {
+			t.Errorf("%q: name %v, want %q", tc.line, m, tc.name)
 		}
 	}
 }

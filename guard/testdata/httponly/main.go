@@ -15,12 +15,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := g.Middleware(func(r *http.Request) (guard.Target, bool) {
+	mw := g.Middleware(func(r *http.Request) (guard.Target, bool) {
 		return guard.Target{Resource: r.URL.Path, Lock: "orders"}, true
 	})
-	if err != nil {
-		log.Fatal(err)
-	}
 	_ = mw(http.NotFoundHandler())
 	_ = &http.Client{Transport: &guard.Transport{}}
 }

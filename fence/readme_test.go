@@ -1,0 +1,14 @@
+package fence_test
+
+import (
+	"testing"
+
+	"github.com/fencekit/fencekit/internal/testkit"
+)
+
+// TestReadmeSnippets: README snippets marked as fence's, and the code
+// blocks of the package doc, come from this package's Example functions.
+func TestReadmeSnippets(t *testing.T) {
+	testkit.CheckSnippets(t, "../README.md", "fence", ".")
+	testkit.CheckDocSnippets(t, ".")
+}

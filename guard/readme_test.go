@@ -1,0 +1,20 @@
+package guard_test
+
+import (
+	"testing"
+
+	"github.com/fencekit/fencekit/internal/testkit"
+)
+
+// TestReadmeSnippets: the README's guard snippets are the bodies (or
+// marked excerpts) of this package's Example functions, and the code
+// blocks of the package doc are excerpts of them, so neither can drift
+// from code that compiles and whose output is checked.
+func TestReadmeSnippets(t *testing.T) {
+	if n := testkit.CheckSnippets(t, "../README.md", "guard", "."); n < 2 {
+		t.Errorf("README has %d marked guard snippets, want at least 2 (the HTTP quick snippet and the verifier's)", n)
+	}
+	if n := testkit.CheckDocSnippets(t, "."); n < 1 {
+		t.Errorf("doc.go has %d code blocks, want the verifier's", n)
+	}
+}

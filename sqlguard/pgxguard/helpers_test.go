@@ -1,0 +1,195 @@
+package pgxguard_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/sqlguard"
+	"github.com/fencekit/fencekit/sqlguard/pgxguard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+)
+
+// Environment variables naming the test databases.
+const (
+	envPG        = "FENCEKIT_PG_DSN"        // e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+	envPgBouncer = "FENCEKIT_PGBOUNCER_DSN" // PgBouncer in pool_mode = transaction in front of the same server
+	envRequire   = "FENCEKIT_REQUIRE_DB"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// target is one way to reach PostgreSQL.
+type target struct {
+	name string
+	env  string
+	// bouncer: PgBouncer in transaction mode; the test's own statements
+	// must not use named prepared statements there (PgBouncer 1.18).
+	bouncer bool
+}
+
+func targets() []target {
+	return []target{
+		{name: "direct", env: envPG},
+		{name: "pgbouncer", env: envPgBouncer, bouncer: true},
+	}
+}
+
+func dsnOrSkip(t *testing.T, env string) string {
+	t.Helper()
+	dsn := os.Getenv(env)
+	if dsn == "" {
+		if os.Getenv(envRequire) == "1" {
+			t.Fatalf("%s is not set and %s=1", env, envRequire)
+		}
+		hint := "set it to run against a real database"
+		if env == envPgBouncer {
+			hint = "set it to a PgBouncer in pool_mode = transaction in front of the server of " + envPG +
+				" (bash .ci/run starts one: postgres://postgres@127.0.0.1:6432/test?sslmode=disable)"
+		}
+		t.Skipf("%s not set; %s (and %s=1 to make that mandatory)", env, hint, envRequire)
+	}
+	return dsn
+}
+
+// env is one test's pool and uniquely named tables, dropped on cleanup.
+type env struct {
+	t      *testing.T
+	tg     target
+	pool   *pgxpool.Pool
+	g      *pgxguard.Guard
+	prefix string
+	tables []string
+}
+
+func uniq() string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// openPool opens a pool on tg. Behind PgBouncer the caller's statements
+// run with QueryExecModeExec, as the package doc tells users to do;
+// directly they use pgx's default, the statement cache.
+func openPool(t *testing.T, tg target) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsnOrSkip(t, tg.env))
+	if err != nil {
+		t.Fatalf("parse %s: %v", tg.env, err)
+	}
+	if tg.bouncer {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	cfg.MaxConns = 16
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		if os.Getenv(envRequire) == "1" {
+			t.Fatalf("%s unreachable: %v", tg.env, err)
+		}
+		t.Skipf("%s unreachable: %v", tg.env, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// forEach runs f once per target as a subtest, with migrated tables.
+func forEach(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, tg := range targets() {
+		t.Run(tg.name, func(t *testing.T) {
+			f(t, newEnv(t, tg))
+		})
+	}
+}
+
+func newEnv(t *testing.T, tg target, opts ...sqlguard.Option) *env {
+	t.Helper()
+	e := &env{t: t, tg: tg, pool: openPool(t, tg), prefix: "pgxg_" + uniq() + "_"}
+	e.tables = append(e.tables, e.prefix+"fence", e.prefix+"req")
+	t.Cleanup(e.drop)
+	e.g = e.guard(opts...)
+	if err := e.g.Migrate(context.Background(), e.pool); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return e
+}
+
+// guard returns a Guard on e's tables with opts.
+func (e *env) guard(opts ...sqlguard.Option) *pgxguard.Guard {
+	e.t.Helper()
+	opts = append([]sqlguard.Option{sqlguard.WithTable(e.prefix + "fence"), sqlguard.WithRequestTable(e.prefix + "req")}, opts...)
+	g, err := pgxguard.New(opts...)
+	if err != nil {
+		e.t.Fatalf("New: %v", err)
+	}
+	return g
+}
+
+func (e *env) drop() {
+	for _, tb := range e.tables {
+		if _, err := e.pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+tb); err != nil {
+			e.t.Errorf("drop %s: %v", tb, err)
+		}
+	}
+}
+
+// table creates a table with the given columns and returns its name.
+func (e *env) table(suffix, columns string) string {
+	e.t.Helper()
+	name := e.prefix + suffix
+	if _, err := e.pool.Exec(context.Background(), "CREATE TABLE "+name+" ("+columns+")"); err != nil {
+		e.t.Fatalf("create %s: %v", name, err)
+	}
+	e.tables = append(e.tables, name)
+	return name
+}
+
+// fenceTx runs Fence in a transaction of its own and commits when it
+// passes.
+func (e *env) fenceTx(tk fence.Token, resources ...string) error {
+	e.t.Helper()
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	if err := e.g.Fence(ctx, tx, tk, resources...); err != nil {
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			e.t.Fatalf("rollback: %v", rerr)
+		}
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		e.t.Fatalf("commit: %v", err)
+	}
+	return nil
+}
+
+// mark reads a resource's mark or fails the test.
+func (e *env) mark(resource string) sqlguard.Mark {
+	e.t.Helper()
+	m, err := e.g.Mark(context.Background(), e.pool, resource)
+	if err != nil {
+		e.t.Fatalf("Mark(%q): %v", resource, err)
+	}
+	return m
+}
+
+func tok(rev int64) fence.Token { return fence.Token{Lock: "orders", Revision: rev} }
