@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,12 +28,18 @@ const (
 	linkDelay     = 400 * time.Millisecond
 	slowHold      = 1500 * time.Millisecond
 	memberHold    = 1500 * time.Millisecond
+	slowHeal      = 2 * time.Second  // a heal that takes longer is logged
+	compactTries  = 5                // locks compacted-watch tries to take
+	revokeTries   = 5                // holders revoke tries to find
+	firstRestart1 = 3 * time.Second  // one member: before the first restart
+	restartGap1   = 10 * time.Second // one member: between restarts
 )
 
 // nemesis injects the faults of one phase and counts them per line.
 type nemesis struct {
 	t       *testing.T
 	phase   int // index of the phase
+	members int
 	rec     *recorder
 	admin   *clientv3.Client // not behind a proxy
 	cluster *etcdtest.Cluster
@@ -55,12 +62,12 @@ func (n *nemesis) allLines() []int {
 // the injection took effect; an injection that found nothing to disrupt,
 // or failed, is not counted. A heal that fails fails the test: the rest of
 // the run would not be what it claims.
-func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration, lines []int) {
+func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration, lines []int) bool {
 	if err := f.Inject(ctx); err != nil {
 		if !errors.Is(err, faults.ErrNoTarget) && ctx.Err() == nil {
 			n.t.Logf("nemesis: inject %s: %v (not counted)", f.Kind(), err)
 		}
-		return
+		return false
 	}
 	n.mu.Lock()
 	for _, l := range lines {
@@ -70,9 +77,14 @@ func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration,
 	sleep(ctx, hold)
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	start := time.Now()
 	if err := f.Heal(hctx); err != nil {
 		n.t.Errorf("nemesis: heal %s: %v", f.Kind(), err)
 	}
+	if d := time.Since(start); d > slowHeal {
+		n.t.Logf("nemesis: heal %s took %v", f.Kind(), d.Round(time.Millisecond))
+	}
+	return true
 }
 
 // busiest returns the worker among ws that holds the most locks (ties
@@ -102,30 +114,66 @@ func (n *nemesis) pick(proc bool) []*workerRT {
 	return ws
 }
 
-// processFaults stops worker processes and disrupts workers' links to
-// etcd, one fault at a time, until ctx ends.
-func (n *nemesis) processFaults(ctx context.Context) {
-	kinds := []string{faults.KindPause, faults.KindPartition, faults.KindLostReplies, faults.KindPause, faults.KindDelay}
+// pauses stops worker processes, one at a time, until ctx ends.
+func (n *nemesis) pauses(ctx context.Context) {
+	for ctx.Err() == nil {
+		n.apply(ctx, faults.Pause(n.busiest(n.pick(true)).proc), pauseHold, n.allLines())
+		sleep(ctx, time.Duration(1500+rand.IntN(1000))*time.Millisecond)
+	}
+}
+
+// linkFaults disrupts workers' links to etcd, one fault at a time, until
+// ctx ends.
+func (n *nemesis) linkFaults(ctx context.Context) {
+	kinds := []string{faults.KindPartition, faults.KindCompactedWatch, faults.KindLostReplies, faults.KindDelay}
+	if n.members > 1 {
+		kinds = append(kinds, faults.KindMemberSwitch)
+	}
 	// Each phase starts elsewhere in the rotation, so that short phases
 	// still cover every kind between them.
-	for i := 3 * n.phase; ctx.Err() == nil; i++ {
+	for i := 2 * n.phase; ctx.Err() == nil; i++ {
+		w := n.busiest(n.workers)
 		var (
 			f    faults.Fault
 			hold time.Duration
 		)
 		switch kinds[i%len(kinds)] {
-		case faults.KindPause:
-			f, hold = faults.Pause(n.busiest(n.pick(true)).proc), pauseHold
 		case faults.KindPartition:
-			f, hold = faults.Partition(n.busiest(n.workers).proxies...), partitionHold
+			f, hold = faults.Partition(w.proxies...), partitionHold
+		case faults.KindCompactedWatch:
+			// The lock picked may have changed hands by the time
+			// the fault looks: try a few.
+			for range compactTries {
+				if n.apply(ctx, faults.CompactedWatch(n.admin, n.heldPrefix(w), w.proxies...), partitionHold, n.allLines()) {
+					break
+				}
+			}
 		case faults.KindLostReplies:
-			f, hold = faults.LostReplies(n.busiest(n.workers).proxies...), lostHold
+			f, hold = faults.LostReplies(w.proxies...), lostHold
 		case faults.KindDelay:
-			f, hold = faults.SlowLink(linkDelay, n.busiest(n.workers).proxies...), delayHold
+			f, hold = faults.SlowLink(linkDelay, w.proxies...), delayHold
+		case faults.KindMemberSwitch:
+			keep := rand.IntN(len(w.proxies))
+			cut := append(append([]*faults.Proxy(nil), w.proxies[:keep]...), w.proxies[keep+1:]...)
+			f, hold = faults.SwitchMember(w.proxies[keep], cut...), partitionHold
 		}
-		n.apply(ctx, f, hold, n.allLines())
-		sleep(ctx, time.Duration(300+rand.IntN(400))*time.Millisecond)
+		if f != nil {
+			n.apply(ctx, f, hold, n.allLines())
+		}
+		sleep(ctx, time.Duration(1000+rand.IntN(500))*time.Millisecond)
 	}
+}
+
+// heldPrefix returns the lock prefix of a shard w holds, or of any shard
+// when it holds none.
+func (n *nemesis) heldPrefix(w *workerRT) string {
+	ks := n.rec.heldBy(w.id)
+	if len(ks) == 0 {
+		l := rand.IntN(len(n.lines))
+		ks = []shardKey{{l, rand.IntN(n.lines[l].spec.Shards)}}
+	}
+	k := ks[rand.IntN(len(ks))]
+	return n.lockPrefix(k.line, k.shard)
 }
 
 // leaseFaults takes leases away behind their holders' backs and slows
@@ -137,62 +185,145 @@ func (n *nemesis) leaseFaults(ctx context.Context) {
 		case faults.KindRevoke:
 			n.revoke(ctx)
 		case faults.KindDeleteKey:
-			for l := range n.lines {
-				n.apply(ctx, faults.DeleteHolder(n.admin, n.lockPrefix(l)), 0, []int{l})
-			}
+			n.deleteKeys(ctx)
 		case faults.KindSlowWriter:
 			n.apply(ctx, n.busiest(n.pick(false)).slow, slowHold, n.allLines())
 		}
-		sleep(ctx, time.Duration(1000+rand.IntN(600))*time.Millisecond)
+		sleep(ctx, time.Duration(800+rand.IntN(600))*time.Millisecond)
 	}
 }
 
-func (n *nemesis) lockPrefix(l int) string {
-	return faults.LockPrefix(lease.DefaultPrefix, n.lines[l].spec.Lock)
+func (n *nemesis) lockPrefix(l, shard int) string {
+	return faults.LockPrefix(lease.DefaultPrefix, n.lines[l].spec.lockName(shard))
 }
 
-// revoke revokes the lease of a random line's holder. That lease carries
-// the records of every lock its worker holds: the revocation counts for
-// each line whose holder it was.
-func (n *nemesis) revoke(ctx context.Context) {
-	leases := map[int]clientv3.LeaseID{}
-	var held []int
+// deletesPerLine is how many holders' records each round of delete-key
+// deletes per line.
+const deletesPerLine = 3
+
+// deleteKeys deletes the records of a few holders of every line.
+func (n *nemesis) deleteKeys(ctx context.Context) {
+	held := n.holders(ctx)
 	for l := range n.lines {
-		if _, _, id, err := faults.Holder(ctx, n.admin, n.lockPrefix(l)); err == nil {
-			leases[l] = id
-			held = append(held, l)
+		var ks []shardKey
+		for k := range held {
+			if k.line == l {
+				ks = append(ks, k)
+			}
+		}
+		rand.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+		for _, k := range ks[:min(len(ks), deletesPerLine)] {
+			n.apply(ctx, faults.DeleteHolder(n.admin, n.lockPrefix(k.line, k.shard)), 0, []int{l})
 		}
 	}
-	if len(held) == 0 {
-		return
+}
+
+// holders returns the session lease of the holder of every shard that
+// has one, read in one request.
+func (n *nemesis) holders(ctx context.Context) map[shardKey]clientv3.LeaseID {
+	byLock := map[string]shardKey{}
+	for l, ln := range n.lines {
+		for shard := range ln.spec.Shards {
+			byLock[ln.spec.lockName(shard)] = shardKey{l, shard}
+		}
 	}
-	target := held[rand.IntN(len(held))]
+	resp, err := n.admin.Get(ctx, lease.DefaultPrefix, clientv3.WithPrefix())
+	if err != nil {
+		if ctx.Err() == nil {
+			n.t.Logf("nemesis: find holders: %v", err)
+		}
+		return nil
+	}
+	held := map[shardKey]clientv3.LeaseID{}
+	lowest := map[shardKey]int64{}
+	for _, kv := range resp.Kvs {
+		name, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), lease.DefaultPrefix), "/")
+		k, known := byLock[name]
+		if !ok || !known {
+			continue
+		}
+		if r, seen := lowest[k]; !seen || kv.CreateRevision < r {
+			lowest[k] = kv.CreateRevision
+			held[k] = clientv3.LeaseID(kv.Lease)
+		}
+	}
+	return held
+}
+
+// revoke revokes the lease of a random shard's holder. That lease carries
+// the records of every lock its worker holds: the revocation counts for
+// each line where it held one.
+func (n *nemesis) revoke(ctx context.Context) {
+	// A holder may be gone by the time the fault looks, or etcd may be
+	// restarting: try a few times.
+	for range revokeTries {
+		if n.revokeOnce(ctx) || !sleep(ctx, 200*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// revokeOnce revokes the lease of a random shard's holder, and reports
+// whether it did.
+func (n *nemesis) revokeOnce(ctx context.Context) bool {
+	held := n.holders(ctx)
+	if len(held) == 0 {
+		return false
+	}
+	var ks []shardKey
+	for k := range held {
+		ks = append(ks, k)
+	}
+	target := ks[rand.IntN(len(ks))]
+	lines := map[int]bool{}
+	for k, id := range held {
+		if id == held[target] {
+			lines[k.line] = true
+		}
+	}
 	var affected []int
-	for _, l := range held {
-		if leases[l] == leases[target] {
+	for l := range n.lines {
+		if lines[l] {
 			affected = append(affected, l)
 		}
 	}
-	n.apply(ctx, faults.RevokeHolder(n.admin, n.lockPrefix(target)), 0, affected)
+	return n.apply(ctx, faults.RevokeHolder(n.admin, n.lockPrefix(target.line, target.shard)), 0, affected)
 }
 
-// clusterFaults crashes followers and kills leaders, until ctx ends.
+// clusterFaults restarts members from their data dirs and, with three
+// members, crashes followers and kills leaders, until ctx ends. With one
+// member a restart stops the whole cluster, and every lease with it: it
+// comes once every restartGap1, after a first stretch of ordinary work.
 func (n *nemesis) clusterFaults(ctx context.Context) {
-	members := n.cluster.FaultMembers()
+	members := n.cluster.Members()
+	if len(members) == 1 {
+		sleep(ctx, firstRestart1)
+		for ctx.Err() == nil {
+			n.apply(ctx, faults.RestartMember(members[0]), 0, n.allLines())
+			sleep(ctx, restartGap1+time.Duration(rand.IntN(2000))*time.Millisecond)
+		}
+		return
+	}
 	for i := 0; ctx.Err() == nil; i++ {
-		var f faults.Fault
-		if i%2 == 0 {
+		var (
+			f    faults.Fault
+			hold = memberHold
+		)
+		switch i % 3 {
+		case 0:
 			var followers []faults.Member
-			for _, m := range n.cluster.Members() {
+			for _, m := range members {
 				if !m.IsLeader() {
 					followers = append(followers, m)
 				}
 			}
 			f = faults.CrashMember(followers[rand.IntN(len(followers))])
-		} else {
-			f = faults.KillLeader(members...)
+		case 1:
+			f = faults.KillLeader(n.cluster.FaultMembers()...)
+		default:
+			f, hold = faults.RestartMember(members[rand.IntN(len(members))]), 0
 		}
-		n.apply(ctx, f, memberHold, n.allLines())
+		n.apply(ctx, f, hold, n.allLines())
 		// Let the restarted member catch up before the next one goes.
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_ = n.cluster.WaitLeader(wctx)

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,8 +32,33 @@ const (
 )
 
 // defaultRun is the time the phases of TestSafety run for, in total,
-// without FENCEKIT_SOAK. Setup and teardown add a few seconds.
-const defaultRun = 26 * time.Second
+// without FENCEKIT_SOAK. Setup and teardown add a few seconds. Without
+// FENCEKIT_SOAK, a phase that has not reached its share of targetOps by
+// then runs on, up to its share of maxRun (maxRunRace under the race
+// detector, which slows the workers down).
+const (
+	defaultRun = 26 * time.Second
+	maxRun     = 45 * time.Second
+	maxRunRace = 40 * time.Second
+	targetOps  = 10000 // guarded read-modify-write cycles per run
+)
+
+// Shards (independent locks, each with its own resource) per line: the
+// guarded lines carry the volume, sharing guardedShards between the
+// workloads (64 each for the register and SQLite; 32 each when the
+// PostgreSQL and MySQL workloads run too); the controls need only show
+// that the faults bite. The race detector makes every operation several
+// times dearer in CPU: with as many shards, the workers would starve their
+// own lease renewals.
+const (
+	guardedShards     = 128
+	controlShards     = 8
+	guardedShardsRace = 48
+	controlShardsRace = 6
+)
+
+// porcupineWait bounds the linearizability check of one shard's history.
+const porcupineWait = 10 * time.Second
 
 // Workers per phase: in-process workers can be slowed (slow-writer),
 // worker processes can be paused; all can be partitioned.
@@ -42,7 +68,7 @@ const (
 )
 
 // Minimum number of fault kinds every guarded line must have seen.
-const minFaultKinds = 5
+const minFaultKinds = 8
 
 // phase is one cluster configuration of the run.
 type phase struct {
@@ -59,36 +85,74 @@ var phases = []phase{
 // totals adds up one line (workload and mode) over the phases.
 type totals struct {
 	workload, mode          string
+	shards                  int
 	ops, accepted, rejected int
 	failed, late            int
 	violations, lost        int
 	faults                  map[string]int
 	examples                []string
+	ran                     time.Duration // phases' run time, summed
+	// Release and Reenter: unknown outcomes, calls made before the
+	// retry, retries that settled
+	unknown, between, settled int
+	lostRace                  map[string]int
+	// porcupine: shards checked, found not linearizable, timed out
+	linChecked, linBad, linUnknown int
+	linOps                         int
+	linTook                        time.Duration
+}
+
+// verdict is porcupine's verdict over the line's shards.
+func (s *totals) verdict() string {
+	switch {
+	case s.linBad > 0:
+		return string(check.NotLinearizable)
+	case s.linUnknown > 0:
+		return string(check.TimedOut)
+	case s.linChecked == 0:
+		return "none"
+	}
+	return string(check.Linearizable)
+}
+
+func (s *totals) opsPerSec() float64 {
+	if s.ran <= 0 {
+		return 0
+	}
+	return float64(s.ops) / s.ran.Seconds()
+}
+
+// counts prints m as k:n,k:n in the order of the keys, or "none".
+func counts(m map[string]int) string {
+	kinds := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
 }
 
 func (s *totals) line() string {
-	kinds := slices.Sorted(maps.Keys(s.faults))
-	parts := make([]string, 0, len(kinds))
-	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%s:%d", k, s.faults[k]))
-	}
-	f := strings.Join(parts, ",")
-	if f == "" {
-		f = "none"
-	}
-	return fmt.Sprintf("SAFETY workload=%s mode=%s ops=%d accepted=%d rejected=%d faults=%s violations=%d lost=%d",
-		s.workload, s.mode, s.ops, s.accepted, s.rejected, f, s.violations, s.lost)
+	f := counts(s.faults)
+	return fmt.Sprintf("SAFETY workload=%s mode=%s locks=%d ops=%d ops/s=%.0f accepted=%d rejected=%d faults=%s violations=%d lost=%d porcupine=%s",
+		s.workload, s.mode, s.shards, s.ops, s.opsPerSec(), s.accepted, s.rejected, f, s.violations, s.lost, s.verdict())
 }
 
 // TestSafety is the Jepsen-style safety suite: see the package doc.
 func TestSafety(t *testing.T) {
-	run := defaultRun
+	run, limit := defaultRun, maxRun
+	if raceDetector {
+		limit = maxRunRace
+	}
 	if v := os.Getenv(envSoak); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			t.Fatalf("%s=%q: want a positive duration such as 10m", envSoak, v)
 		}
-		run = d
+		run, limit = d, d
 	}
 	workloads := []workload{registerWorkload(), sqlWorkload("sqlite", "sqlite", "")}
 	if dsn := dsnFor(t, envPG); dsn != "" {
@@ -102,12 +166,16 @@ func TestSafety(t *testing.T) {
 	all := map[string]*totals{}
 	var order []string
 	for i, ph := range phases {
-		dur := time.Duration(float64(run) * ph.share)
+		b := budget{
+			min:  time.Duration(float64(run) * ph.share),
+			max:  time.Duration(float64(limit) * ph.share),
+			want: int(targetOps * ph.share),
+		}
 		t.Run(ph.name, func(t *testing.T) {
-			runPhase(t, i, ph, dur, workloads, func(spec lineSpec) *totals {
+			runPhase(t, i, ph, b, workloads, func(spec lineSpec) *totals {
 				key := spec.Workload + "/" + spec.mode()
 				if all[key] == nil {
-					all[key] = &totals{workload: spec.Workload, mode: spec.mode(), faults: map[string]int{}}
+					all[key] = &totals{workload: spec.Workload, mode: spec.mode(), shards: spec.Shards, faults: map[string]int{}}
 					order = append(order, key)
 				}
 				return all[key]
@@ -117,15 +185,34 @@ func TestSafety(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("run took %v", time.Since(start).Round(100*time.Millisecond))
+	took := time.Since(start).Round(100 * time.Millisecond)
 
+	var guardedOps, unknown, between, settled int
+	lostRace := map[string]int{}
+	var ran time.Duration
+	kinds := map[string]bool{}
 	for _, key := range order {
 		s := all[key]
 		fmt.Println(s.line())
+		t.Logf("%s/%s: porcupine checked %d ops in %d shards in %v", s.workload, s.mode, s.linOps, s.linChecked, s.linTook.Round(time.Millisecond))
+		for k := range s.faults {
+			kinds[k] = true
+		}
+		unknown += s.unknown
+		between += s.between
+		settled += s.settled
+		for k, c := range s.lostRace {
+			lostRace[k] += c
+		}
 		switch s.mode {
 		case "guarded":
+			guardedOps += s.ops
+			ran = s.ran
 			if s.violations != 0 || s.lost != 0 {
 				t.Errorf("%s/guarded: %d violations, %d lost; first: %v", s.workload, s.violations, s.lost, s.examples)
+			}
+			if s.linBad != 0 {
+				t.Errorf("%s/guarded: porcupine found %d shard histories not linearizable", s.workload, s.linBad)
 			}
 			if len(s.faults) < minFaultKinds {
 				t.Errorf("%s/guarded: %d fault kinds injected, want at least %d", s.workload, len(s.faults), minFaultKinds)
@@ -141,6 +228,28 @@ func TestSafety(t *testing.T) {
 			}
 		}
 	}
+	fmt.Printf("SAFETY total guarded ops=%d ops/s=%.0f fault-kinds=%d run=%v\n", guardedOps, float64(guardedOps)/ran.Seconds(), len(kinds), took)
+	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d released-but-lost=%s\n", unknown, between, settled, counts(lostRace))
+	for _, k := range allKinds {
+		if !kinds[k] {
+			t.Errorf("fault %s never took effect in this run", k)
+		}
+	}
+}
+
+// allKinds lists the faults of the rotation.
+var allKinds = []string{
+	faults.KindPause, faults.KindPartition, faults.KindLostReplies, faults.KindDelay,
+	faults.KindRevoke, faults.KindDeleteKey, faults.KindSlowWriter,
+	faults.KindMemberCrash, faults.KindLeaderKill, faults.KindMemberRestart,
+	faults.KindMemberSwitch, faults.KindCompactedWatch,
+}
+
+// budget is how long a phase runs: at least min, then until the guarded
+// lines have started want cycles, but no longer than max.
+type budget struct {
+	min, max time.Duration
+	want     int
 }
 
 // dsnFor returns the DSN in env, or "" (skipping that database) when it
@@ -166,8 +275,8 @@ type workerRT struct {
 	events  *eventWriter
 }
 
-func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []workload, totalsFor func(lineSpec) *totals) {
-	ctx, cancel := context.WithTimeout(context.Background(), dur+2*time.Minute)
+func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, totalsFor func(lineSpec) *totals) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.max+2*time.Minute)
 	defer cancel()
 	setupStart := time.Now()
 	defer func() { t.Logf("phase took %v in all", time.Since(setupStart).Round(time.Millisecond)) }()
@@ -183,7 +292,7 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 	defer admin.Close()
 
 	// Resources: two lines (guarded, unguarded) per workload.
-	env := &phaseEnv{t: t, dir: t.TempDir(), run: fmt.Sprintf("fks%x", rand.Uint32()), etcd: admin}
+	env := &phaseEnv{t: t, dir: t.TempDir(), run: fmt.Sprintf("fks%x", rand.Uint32()), etcd: admin, workloads: len(workloads)}
 	var lines []line
 	for _, w := range workloads {
 		ls, cleanup := w.setup(ctx, env)
@@ -194,7 +303,7 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 	for i, l := range lines {
 		specs[i] = l.spec
 	}
-	rec := newRecorder(len(lines))
+	rec := newRecorder(specs)
 
 	// Workers, each behind its own proxies to every member.
 	var workers []*workerRT
@@ -268,61 +377,134 @@ func runPhase(t *testing.T, idx int, ph phase, dur time.Duration, workloads []wo
 		stopProcs()
 	}()
 
-	// Nemeses, for dur.
-	n := &nemesis{t: t, phase: idx, rec: rec, admin: admin, cluster: cluster, workers: workers, lines: lines, counts: make([]map[string]int, len(lines))}
+	// Nemeses, for the phase's budget.
+	n := &nemesis{t: t, phase: idx, members: ph.members, rec: rec, admin: admin, cluster: cluster, workers: workers, lines: lines, counts: make([]map[string]int, len(lines))}
 	for i := range n.counts {
 		n.counts[i] = map[string]int{}
 	}
 	t.Logf("setup took %v", time.Since(setupStart).Round(time.Millisecond))
-	nctx, stopNemeses := context.WithTimeout(ctx, dur)
+	nctx, stopNemeses := context.WithCancel(ctx)
 	defer stopNemeses()
 	var nem sync.WaitGroup
-	nem.Go(func() { n.processFaults(nctx) })
+	nem.Go(func() { n.pauses(nctx) })
+	nem.Go(func() { n.linkFaults(nctx) })
 	nem.Go(func() { n.leaseFaults(nctx) })
-	if ph.members > 1 {
-		nem.Go(func() { n.clusterFaults(nctx) })
-	}
+	nem.Go(func() { n.clusterFaults(nctx) })
 	began := time.Now()
-	<-nctx.Done()
+	sleep(ctx, b.min)
+	t.Logf("after %v: %d guarded cycles (want %d)", time.Since(began).Round(time.Millisecond), rec.guardedOps(), b.want)
+	for time.Since(began) < b.max && rec.guardedOps() < b.want && ctx.Err() == nil {
+		sleep(ctx, 500*time.Millisecond)
+	}
+	ended := time.Now()
+	stopNemeses()
 	nem.Wait() // every fault healed
 	healed := time.Now()
 	stopWorkers()
 	stopProcs()
 	inProc.Wait()
-	t.Logf("phase ran %v; healing took %v, stopping workers %v", healed.Sub(began).Round(time.Millisecond),
-		healed.Sub(began.Add(dur)).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
+	ran := time.Since(began)
+	t.Logf("phase ran %v (%d guarded cycles); healing took %v, stopping workers %v", ended.Sub(began).Round(time.Millisecond),
+		rec.guardedOps(), healed.Sub(ended).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
+	for _, bad := range rec.badEvents() {
+		t.Errorf("a worker got an error outside lease's documented set: %s", bad)
+	}
 
-	// Check every line.
+	// Check every shard of every line.
 	for i, l := range lines {
-		history, final, err := l.inspect(ctx)
-		if err != nil {
-			t.Errorf("%s/%s: inspect: %v", l.spec.Workload, l.spec.mode(), err)
-			continue
-		}
-		st := rec.stats[i]
-		v, err := check.Check(history, st.acked, final)
-		if err != nil {
-			t.Errorf("%s/%s: %v", l.spec.Workload, l.spec.mode(), err)
-			continue
-		}
 		tot := totalsFor(l.spec)
-		tot.ops += st.ops
-		tot.accepted += len(st.acked)
-		tot.rejected += st.rejected
-		tot.failed += st.failed
-		tot.late += st.late
-		tot.violations += v.Violations
-		tot.lost += v.Lost
-		for _, p := range v.Problems[:min(len(v.Problems), 5)] {
-			tot.examples = append(tot.examples, p.String())
+		tot.ran += ran
+		var sum lineStats
+		var applied, final, backwards, interleaved, lost int
+		for shard := range l.spec.Shards {
+			history, fin, err := l.inspect(ctx, shard)
+			if err != nil {
+				t.Errorf("%s/%s: inspect shard %d: %v", l.spec.Workload, l.spec.mode(), shard, err)
+				continue
+			}
+			st := rec.stats[i][shard]
+			v, err := check.Check(history, st.acked, fin)
+			if err != nil {
+				t.Errorf("%s/%s shard %d: %v", l.spec.Workload, l.spec.mode(), shard, err)
+				continue
+			}
+			sum.add(st)
+			applied += len(history)
+			final += len(fin)
+			backwards += v.Backwards
+			interleaved += v.Interleaved
+			lost += v.Lost
+			tot.violations += v.Violations
+			tot.lost += v.Lost
+			for _, p := range v.Problems[:min(len(v.Problems), 5)] {
+				if len(tot.examples) < 10 {
+					tot.examples = append(tot.examples, fmt.Sprintf("%s shard %d: %s", ph.name, shard, p))
+				}
+			}
+			// The control needs one history porcupine rejects.
+			if !l.spec.Guarded && tot.linBad > 0 {
+				continue
+			}
+			ops := rec.history(i, shard)
+			lin := check.CheckLinearizable(ops, porcupineWait)
+			tot.linChecked++
+			tot.linOps += lin.Ops
+			tot.linTook += lin.Took
+			switch lin.Verdict {
+			case check.NotLinearizable:
+				tot.linBad++
+				if l.spec.Guarded {
+					visualize(t, lin, ops, fmt.Sprintf("%s-%s-%s-%d", l.spec.Workload, l.spec.mode(), ph.name, shard))
+				}
+			case check.TimedOut:
+				tot.linUnknown++
+			}
+		}
+		tot.ops += sum.ops
+		tot.accepted += len(sum.acked)
+		tot.rejected += sum.rejected
+		tot.failed += sum.failed
+		tot.late += sum.late
+		tot.unknown += sum.unknown
+		tot.between += sum.between
+		tot.settled += sum.resolved
+		for k, c := range sum.lostRace {
+			if tot.lostRace == nil {
+				tot.lostRace = map[string]int{}
+			}
+			tot.lostRace[k] += c
 		}
 		for k, c := range n.counts[i] {
 			tot.faults[k] += c
 		}
-		t.Logf("%s/%s: ops=%d acked=%d rejected=%d failed=%d late=%d applied=%d final=%d backwards=%d interleaved=%d lost=%d faults=%v",
-			l.spec.Workload, l.spec.mode(), st.ops, len(st.acked), st.rejected, st.failed, st.late,
-			len(history), len(final), v.Backwards, v.Interleaved, v.Lost, n.counts[i])
+		t.Logf("%s/%s: ops=%d acked=%d rejected=%d failed=%d late=%d applied=%d final=%d backwards=%d interleaved=%d lost=%d unknown-outcomes=%d calls-between=%d settled=%d faults=%v",
+			l.spec.Workload, l.spec.mode(), sum.ops, len(sum.acked), sum.rejected, sum.failed, sum.late,
+			applied, final, backwards, interleaved, lost, sum.unknown, sum.between, sum.resolved, n.counts[i])
 	}
+}
+
+// visualize writes porcupine's view of a history that is not
+// linearizable to a file that outlives the test, and names it.
+func visualize(t *testing.T, lin *check.Linearization, ops []check.Op, name string) {
+	dir := os.Getenv("FENCEKIT_SAFETY_OUT")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	path := filepath.Join(dir, "fencekit-porcupine-"+name+".html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Errorf("porcupine visualisation: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := lin.Visualize(f); err != nil {
+		t.Errorf("porcupine visualisation: %v", err)
+		return
+	}
+	if b, err := json.Marshal(ops); err == nil {
+		_ = os.WriteFile(strings.TrimSuffix(path, ".html")+".json", b, 0o644)
+	}
+	t.Logf("porcupine: %s is not linearizable; see %s", name, path)
 }
 
 // closeCluster stops the cluster (Close stops the followers before the
@@ -335,6 +517,21 @@ type phaseEnv struct {
 	dir  string           // temporary directory of the phase
 	run  string           // unique name prefix of the phase
 	etcd *clientv3.Client // the phase's cluster, for resources' verifiers
+	// workloads counts the workloads of the run.
+	workloads int
+}
+
+// shards returns how many shards a line has.
+func (e *phaseEnv) shards(guarded bool) int {
+	switch {
+	case guarded && raceDetector:
+		return guardedShardsRace / e.workloads
+	case guarded:
+		return guardedShards / e.workloads
+	case raceDetector:
+		return controlShardsRace
+	}
+	return controlShards
 }
 
 // line is one workload in one mode, as the phase runs it.
@@ -342,7 +539,7 @@ type line struct {
 	spec lineSpec
 	// inspect returns what the resource applied, in order, and its final
 	// state.
-	inspect func(ctx context.Context) (history []check.Write, final []int64, err error)
+	inspect func(ctx context.Context, shard int) (history []check.Write, final []int64, err error)
 }
 
 // workload builds the guarded and unguarded lines of one resource kind.
@@ -352,23 +549,53 @@ type workload struct {
 
 // ---- recording ----
 
-// lineStats is what the workers of one line reported.
+// lineStats is what the workers of one shard of a line reported.
 type lineStats struct {
 	ops, rejected, failed, late int
+	unknown, between, resolved  int            // of Release and Reenter
+	lostRace                    map[string]int // released, but ended as lost: by cause
 	acked                       []int64
+	history                     []check.Op
 }
+
+func (s *lineStats) add(o *lineStats) {
+	s.ops += o.ops
+	s.rejected += o.rejected
+	s.failed += o.failed
+	s.late += o.late
+	s.unknown += o.unknown
+	s.between += o.between
+	s.resolved += o.resolved
+	for k, c := range o.lostRace {
+		if s.lostRace == nil {
+			s.lostRace = map[string]int{}
+		}
+		s.lostRace[k] += c
+	}
+	s.acked = append(s.acked, o.acked...)
+}
+
+// shardKey names one shard of one line.
+type shardKey struct{ line, shard int }
 
 // recorder collects the events of every worker of a phase.
 type recorder struct {
-	mu    sync.Mutex
-	stats []*lineStats
-	held  map[int]map[int]bool // worker -> lines it holds
+	mu      sync.Mutex
+	specs   []lineSpec
+	stats   [][]*lineStats            // line, shard
+	held    map[int]map[shardKey]bool // worker -> shards it holds
+	guarded int                       // cycles started on guarded lines
+	bad     []string
 }
 
-func newRecorder(lines int) *recorder {
-	r := &recorder{held: map[int]map[int]bool{}}
-	for range lines {
-		r.stats = append(r.stats, &lineStats{})
+func newRecorder(specs []lineSpec) *recorder {
+	r := &recorder{specs: specs, held: map[int]map[shardKey]bool{}}
+	for _, sp := range specs {
+		ss := make([]*lineStats, sp.Shards)
+		for i := range ss {
+			ss[i] = &lineStats{}
+		}
+		r.stats = append(r.stats, ss)
 	}
 	return r
 }
@@ -376,18 +603,41 @@ func newRecorder(lines int) *recorder {
 func (r *recorder) record(ev event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ev.Line < 0 || ev.Line >= len(r.stats) {
+	if ev.Line < 0 || ev.Line >= len(r.stats) || ev.Shard < 0 || ev.Shard >= len(r.stats[ev.Line]) {
+		r.bad = append(r.bad, fmt.Sprintf("event for no shard: %+v", ev))
 		return
 	}
-	s := r.stats[ev.Line]
+	s := r.stats[ev.Line][ev.Shard]
 	switch ev.Kind {
 	case evAcquired, evEnded:
 		if r.held[ev.Worker] == nil {
-			r.held[ev.Worker] = map[int]bool{}
+			r.held[ev.Worker] = map[shardKey]bool{}
 		}
-		r.held[ev.Worker][ev.Line] = ev.Kind == evAcquired
+		r.held[ev.Worker][shardKey{ev.Line, ev.Shard}] = ev.Kind == evAcquired
 	case evOp:
 		s.ops++
+		if r.specs[ev.Line].Guarded {
+			r.guarded++
+		}
+	case evHist:
+		if ev.Op != nil {
+			s.history = append(s.history, *ev.Op)
+		}
+	case evUnknown:
+		s.unknown++
+	case evBetween:
+		s.between++
+	case evResolved:
+		s.resolved++
+	case evLostRace:
+		if s.lostRace == nil {
+			s.lostRace = map[string]int{}
+		}
+		s.lostRace[ev.Msg]++
+	case evBad:
+		if len(r.bad) < 20 {
+			r.bad = append(r.bad, fmt.Sprintf("worker %d, %s shard %d: %s", ev.Worker, r.specs[ev.Line].Lock, ev.Shard, ev.Msg))
+		}
 	case evAck:
 		s.acked = append(s.acked, ev.Elem)
 	case evRejected:
@@ -397,6 +647,40 @@ func (r *recorder) record(ev event) {
 	case evLate:
 		s.late++
 	}
+}
+
+// guardedOps returns how many cycles the guarded lines started.
+func (r *recorder) guardedOps() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.guarded
+}
+
+// history returns the operations recorded on one shard.
+func (r *recorder) history(line, shard int) []check.Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.stats[line][shard].history)
+}
+
+// badEvents returns the errors outside lease's documented set.
+func (r *recorder) badEvents() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.bad)
+}
+
+// heldBy returns the shards worker believes it holds.
+func (r *recorder) heldBy(worker int) []shardKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []shardKey
+	for k, h := range r.held[worker] {
+		if h {
+			ks = append(ks, k)
+		}
+	}
+	return ks
 }
 
 // holding returns how many locks worker believes it holds.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/integration/check"
@@ -16,9 +17,10 @@ import (
 	"github.com/fencekit/fencekit/sqlguard"
 )
 
-// registerWorkload serves two registers from one httptest.Server: one
-// behind guard's middleware (every method fenced, marks in a
-// guard.MemoryStore, new tokens verified against etcd), one without.
+// registerWorkload serves the registers of two lines from one
+// httptest.Server, one per shard: those of the guarded line behind
+// guard's middleware (every method fenced, marks in a guard.MemoryStore,
+// new tokens verified against etcd), those of the control without.
 func registerWorkload() workload {
 	return workload{setup: func(_ context.Context, env *phaseEnv) ([]line, func()) {
 		t := env.t
@@ -32,30 +34,51 @@ func registerWorkload() workload {
 		if err != nil {
 			t.Fatal(err)
 		}
-		guardedLock, unguardedLock := "register-guarded", "register-unguarded"
-		mw := g.Middleware(func(*http.Request) (guard.Target, bool) {
-			return guard.Target{Resource: "register", Lock: guardedLock}, true
+		guarded := lineSpec{Workload: "register", Guarded: true, Lock: "register-guarded", Shards: env.shards(true)}
+		unguarded := lineSpec{Workload: "register", Guarded: false, Lock: "register-unguarded", Shards: env.shards(false)}
+		// Shard n of the guarded line is the resource "register-n",
+		// fenced by the tokens of its own lock.
+		mw := g.Middleware(func(r *http.Request) (guard.Target, bool) {
+			n, err := strconv.Atoi(r.PathValue("n"))
+			if err != nil {
+				return guard.Target{}, false
+			}
+			return guard.Target{Resource: "register-" + strconv.Itoa(n), Lock: guarded.lockName(n)}, true
 		}, guard.WithUnfencedMethods())
-		guarded, unguarded := &register{}, &register{}
 		mux := http.NewServeMux()
-		mux.Handle("/guarded/register", mw(guarded))
-		mux.Handle("/unguarded/register", unguarded)
+		registers := func(spec lineSpec, mw func(http.Handler) http.Handler) []*register {
+			rs := make([]*register, spec.Shards)
+			for i := range rs {
+				rs[i] = &register{}
+			}
+			path := "/" + spec.mode() + "/register"
+			mux.Handle(path+"/{n}", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n, err := strconv.Atoi(r.PathValue("n"))
+				if err != nil || n < 0 || n >= len(rs) {
+					http.NotFound(w, r)
+					return
+				}
+				rs[n].ServeHTTP(w, r)
+			})))
+			return rs
+		}
+		gr := registers(guarded, mw)
+		ur := registers(unguarded, func(h http.Handler) http.Handler { return h })
 		srv := httptest.NewServer(mux)
-		inspect := func(r *register) func(context.Context) ([]check.Write, []int64, error) {
-			return func(context.Context) ([]check.Write, []int64, error) {
-				h, f := r.snapshot()
+		guarded.URL = srv.URL + "/guarded/register"
+		unguarded.URL = srv.URL + "/unguarded/register"
+		inspect := func(rs []*register) func(context.Context, int) ([]check.Write, []int64, error) {
+			return func(_ context.Context, shard int) ([]check.Write, []int64, error) {
+				h, f := rs[shard].snapshot()
 				return h, f, nil
 			}
 		}
-		return []line{
-			{spec: lineSpec{Workload: "register", Guarded: true, Lock: guardedLock, URL: srv.URL + "/guarded/register"}, inspect: inspect(guarded)},
-			{spec: lineSpec{Workload: "register", Guarded: false, Lock: unguardedLock, URL: srv.URL + "/unguarded/register"}, inspect: inspect(unguarded)},
-		}, srv.Close
+		return []line{{spec: guarded, inspect: inspect(gr)}, {spec: unguarded, inspect: inspect(ur)}}, srv.Close
 	}}
 }
 
-// sqlWorkload keeps two sets, one row each, in a table of the database at
-// dsn (a SQLite file of the phase when name is "sqlite"); the guarded row is
+// sqlWorkload keeps the sets of two lines, one row per shard, in a table
+// of the database at dsn (a SQLite file of the phase when name is "sqlite"); the guarded row is
 // written through sqlguard. Tables are named uniquely per phase and dropped
 // afterwards.
 func sqlWorkload(name, driver, dsn string) workload {
@@ -119,25 +142,27 @@ func sqlWorkload(name, driver, dsn string) workload {
 		wname := "sql-" + d.String()
 		var lines []line
 		for _, guarded := range []bool{true, false} {
-			spec := lineSpec{Workload: wname, Guarded: guarded, Driver: driver, DSN: dsn, Dialect: d, Tables: tables}
+			spec := lineSpec{Workload: wname, Guarded: guarded, Driver: driver, DSN: dsn, Dialect: d, Tables: tables, Shards: env.shards(guarded)}
 			spec.Lock = spec.Workload + "-" + spec.mode()
 			spec.Resource = env.run + "-" + spec.mode()
-			if _, err := db.ExecContext(ctx, q(d, "INSERT INTO "+tables.Set+" (resource, elems, ver) VALUES (?, '', 0)"), spec.Resource); err != nil {
-				cleanup()
-				t.Fatalf("insert row: %v", err)
+			for shard := range spec.Shards {
+				if _, err := db.ExecContext(ctx, q(d, "INSERT INTO "+tables.Set+" (resource, elems, ver) VALUES (?, '', 0)"), spec.resource(shard)); err != nil {
+					cleanup()
+					t.Fatalf("insert row: %v", err)
+				}
 			}
-			lines = append(lines, line{spec: spec, inspect: func(ctx context.Context) ([]check.Write, []int64, error) {
-				return inspectSQL(ctx, db, spec)
+			lines = append(lines, line{spec: spec, inspect: func(ctx context.Context, shard int) ([]check.Write, []int64, error) {
+				return inspectSQL(ctx, db, spec, shard)
 			}})
 		}
 		return lines, cleanup
 	}}
 }
 
-// inspectSQL reads a resource's history, in commit order, and its set.
-func inspectSQL(ctx context.Context, db *sql.DB, spec lineSpec) ([]check.Write, []int64, error) {
-	d := spec.Dialect
-	rows, err := db.QueryContext(ctx, q(d, "SELECT token, elem FROM "+spec.Tables.Log+" WHERE resource = ? ORDER BY ver"), spec.Resource)
+// inspectSQL reads a shard's history, in commit order, and its set.
+func inspectSQL(ctx context.Context, db *sql.DB, spec lineSpec, shard int) ([]check.Write, []int64, error) {
+	d, res := spec.Dialect, spec.resource(shard)
+	rows, err := db.QueryContext(ctx, q(d, "SELECT token, elem FROM "+spec.Tables.Log+" WHERE resource = ? ORDER BY ver"), res)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,7 +179,7 @@ func inspectSQL(ctx context.Context, db *sql.DB, spec lineSpec) ([]check.Write, 
 		return nil, nil, err
 	}
 	var s string
-	if err := db.QueryRowContext(ctx, q(d, "SELECT elems FROM "+spec.Tables.Set+" WHERE resource = ?"), spec.Resource).Scan(&s); err != nil {
+	if err := db.QueryRowContext(ctx, q(d, "SELECT elems FROM "+spec.Tables.Set+" WHERE resource = ?"), res).Scan(&s); err != nil {
 		return nil, nil, err
 	}
 	final, err := parseElems(s)

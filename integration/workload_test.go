@@ -37,22 +37,30 @@ import (
 // between a holder's read and its write.
 const (
 	leaseTTL      = time.Second
-	minThink      = 20 * time.Millisecond
-	maxThink      = 500 * time.Millisecond
+	minThink      = 5 * time.Millisecond
+	maxThink      = 150 * time.Millisecond
 	maxCycles     = 3 // read-modify-write cycles per acquisition
 	acquireWait   = 5 * time.Second
 	requestWait   = 3 * time.Second
-	releaseWait   = 2 * time.Second
+	releaseWait   = time.Second
+	maxAttempts   = 4 // of a Release or Reenter whose outcome is unknown
+	reenterOdds   = 4 // one acquisition in reenterOdds reenters once
 	workerName    = "safety"
 	envWorkerConf = "FENCEKIT_SAFETY_WORKER"
 )
 
 // lineSpec tells a worker how to reach one resource in one mode. It
 // travels to worker processes as JSON.
+//
+// A line has Shards independent shards: shard i has its own lock (Lock
+// followed by "-i") and its own resource (the register at URL followed by
+// "/i", the SQL row Resource followed by "-i"), and every worker runs a
+// loop per shard.
 type lineSpec struct {
 	Workload string `json:"workload"`
 	Guarded  bool   `json:"guarded"`
 	Lock     string `json:"lock"`
+	Shards   int    `json:"shards"`
 	// register
 	URL string `json:"url,omitempty"`
 	// sql
@@ -62,6 +70,12 @@ type lineSpec struct {
 	Tables   sqlTables        `json:"tables"`
 	Resource string           `json:"resource,omitempty"`
 }
+
+// lockName is the name of shard's lock.
+func (s lineSpec) lockName(shard int) string { return s.Lock + "-" + strconv.Itoa(shard) }
+
+// resource is the SQL resource of shard.
+func (s lineSpec) resource(shard int) string { return s.Resource + "-" + strconv.Itoa(shard) }
 
 func (s lineSpec) mode() string {
 	if s.Guarded {
@@ -82,10 +96,13 @@ type workerConfig struct {
 // event is one thing a worker did, reported to the recorder (as a JSON
 // line on stdout, from a worker process).
 type event struct {
-	Worker int    `json:"w"`
-	Line   int    `json:"l"`
-	Kind   string `json:"k"`
-	Elem   int64  `json:"e,omitempty"`
+	Worker int       `json:"w"`
+	Line   int       `json:"l"`
+	Shard  int       `json:"s"`
+	Kind   string    `json:"k"`
+	Elem   int64     `json:"e,omitempty"`
+	Op     *check.Op `json:"o,omitempty"` // evHist
+	Msg    string    `json:"m,omitempty"` // evBad
 }
 
 // Event kinds.
@@ -97,22 +114,37 @@ const (
 	evRejected = "rej"  // the resource refused its token
 	evFailed   = "fail" // it failed otherwise, or its outcome is unknown
 	evLate     = "late" // its write was delayed by the slow-writer fault
+	evHist     = "h"    // one operation on the resource, for porcupine
+	evUnknown  = "unk"  // a Release or Reenter whose outcome was unknown
+	evBetween  = "mid"  // another call on the lease before retrying it
+	evResolved = "res"  // a retried Release or Reenter settled
+	evBad      = "bad"  // an error outside lease's documented set
+	evLostRace = "race" // released (nil), but the lease ended as lost on its own
 )
 
-// errRejected marks a refusal by the resource's fence.
-var errRejected = errors.New("rejected by the fence")
+// Refusals by the resource's fence: errStale and errUnverified match
+// errRejected.
+var (
+	errRejected   = errors.New("rejected by the fence")
+	errStale      = fmt.Errorf("%w: stale token", errRejected)
+	errUnverified = fmt.Errorf("%w: token not verified", errRejected)
+)
 
-// resourceClient is a worker's handle on one line's resource.
+// resourceClient is a worker's handle on one line's resources, one per
+// shard. It is safe for concurrent use.
 type resourceClient interface {
-	// claim runs once per acquisition, before the first read.
-	claim(ctx context.Context, tok fence.Token) error
-	read(ctx context.Context, tok fence.Token) ([]int64, error)
-	write(ctx context.Context, tok fence.Token, elems []int64, add int64) error
+	// claim runs once per acquisition, before the first read. It
+	// reports whether it sent anything (false: nothing to record).
+	claim(ctx context.Context, shard int, tok fence.Token) (bool, error)
+	read(ctx context.Context, shard int, tok fence.Token) ([]int64, error)
+	write(ctx context.Context, shard int, tok fence.Token, elems []int64, add int64) error
+	// readKind is how porcupine should see a read: fenced or plain.
+	readKind() check.OpKind
 	close()
 }
 
-// runWorker runs one worker until ctx ends: for every line, a loop that
-// acquires the line's lock and does read-modify-write cycles. slow, when
+// runWorker runs one worker until ctx ends: for every shard of every line,
+// a loop that acquires the shard's lock and does read-modify-write cycles. slow, when
 // not nil, delivers writes late while the slow-writer fault is injected.
 func runWorker(ctx context.Context, cfg workerConfig, slow *faults.SlowWriter, emit func(event)) error {
 	cli, err := clientv3.New(clientv3.Config{
@@ -155,10 +187,12 @@ func runWorker(ctx context.Context, cfg workerConfig, slow *faults.SlowWriter, e
 		return next
 	}
 	for i, spec := range cfg.Lines {
-		wg.Go(func() {
-			w := &lineWorker{cfg: cfg, line: i, spec: spec, locks: locks, res: clients[i], slow: slow, emit: emit, newElem: newElem}
-			w.loop(ctx)
-		})
+		for shard := range spec.Shards {
+			wg.Go(func() {
+				w := &lineWorker{cfg: cfg, line: i, shard: shard, spec: spec, locks: locks, res: clients[i], slow: slow, emit: emit, newElem: newElem}
+				w.loop(ctx)
+			})
+		}
 	}
 	wg.Wait()
 	if slow != nil {
@@ -170,6 +204,7 @@ func runWorker(ctx context.Context, cfg workerConfig, slow *faults.SlowWriter, e
 type lineWorker struct {
 	cfg     workerConfig
 	line    int
+	shard   int
 	spec    lineSpec
 	locks   *lease.Client
 	res     resourceClient
@@ -179,26 +214,158 @@ type lineWorker struct {
 }
 
 func (w *lineWorker) send(kind string, elem int64) {
-	w.emit(event{Worker: w.cfg.ID, Line: w.line, Kind: kind, Elem: elem})
+	w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: kind, Elem: elem})
+}
+
+// record reports one operation on the resource, called at call, that
+// ended with err, for the linearizability check.
+func (w *lineWorker) record(kind check.OpKind, tok fence.Token, value int64, call time.Time, err error) {
+	o := &check.Op{Client: w.cfg.ID, Kind: kind, Token: tok.Revision, Value: value,
+		Call: call.UnixNano(), Return: time.Now().UnixNano(), Outcome: opOutcome(err)}
+	if kind != check.OpWrite && o.Outcome != check.OK {
+		o.Value = 0
+	}
+	w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evHist, Op: o})
+}
+
+// opOutcome maps a resource error to what the client learned.
+func opOutcome(err error) check.Outcome {
+	switch {
+	case err == nil:
+		return check.OK
+	case errors.Is(err, errStale):
+		return check.Stale
+	case errors.Is(err, errUnverified):
+		return check.Unverified
+	}
+	return check.Unknown
 }
 
 func (w *lineWorker) loop(ctx context.Context) {
+	name := w.spec.lockName(w.shard)
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, acquireWait)
-		l, err := w.locks.Acquire(actx, w.spec.Lock)
+		l, err := w.locks.Acquire(actx, name)
+		timedOut := actx.Err() != nil
 		cancel()
 		if err != nil {
+			// lease.ErrRetryable marks the errors worth retrying;
+			// the others (bar our own time-out) are a broken promise
+			// or a bad use, and are reported.
+			if ctx.Err() == nil && !timedOut && !errors.Is(err, lease.ErrRetryable) {
+				w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evBad, Msg: "acquire: " + err.Error()})
+			}
 			sleep(ctx, 20*time.Millisecond)
 			continue
 		}
 		w.send(evAcquired, 0)
+		holds := 1
+		if rand.IntN(reenterOdds) == 0 && w.settle(ctx, l, "reenter", l.Reenter) == nil {
+			holds++
+		}
 		w.hold(ctx, l)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
-		_ = l.Release(rctx) // not owner / not found after a fault: expected
-		cancel()
+		for i := range holds {
+			// Not owner / not found after a fault: expected, and the
+			// lease has ended.
+			if w.settle(ctx, l, "release", l.Release) != nil {
+				break
+			}
+			if i == holds-1 {
+				w.released(l)
+			}
+		}
 		w.send(evEnded, 0)
-		sleep(ctx, time.Duration(rand.IntN(50))*time.Millisecond)
+		sleep(ctx, time.Duration(rand.IntN(30))*time.Millisecond)
 	}
+}
+
+// settle runs call (l's Release or Reenter) until its outcome is known,
+// at most maxAttempts times. After an outcome matching
+// lease.ErrOutcomeUnknown it sometimes makes another call on l first — a
+// Renew, or a look at its state — as a careless caller would: the retry
+// must still apply at most once (issue 20). It returns call's last error.
+func (w *lineWorker) settle(ctx context.Context, l *lease.Lease, what string, call func(context.Context) error) error {
+	var err error
+	for attempt := range maxAttempts {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
+		err = call(cctx)
+		cancel()
+		if attempt > 0 && !errors.Is(err, lease.ErrOutcomeUnknown) {
+			w.send(evResolved, 0)
+		}
+		switch {
+		case err == nil || errors.Is(err, lease.ErrNotOwner) || errors.Is(err, lease.ErrNotFound):
+			return err
+		case errors.Is(err, lease.ErrLost):
+			// The lease had already ended (its *LostError): lease's
+			// doc lists only the results above, but this one is
+			// honest and exported.
+			return err
+		case !errors.Is(err, lease.ErrOutcomeUnknown):
+			if !errors.Is(err, lease.ErrClosed) {
+				w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evBad, Msg: what + ": " + err.Error()})
+			}
+			return err
+		}
+		w.send(evUnknown, 0)
+		switch rand.IntN(3) {
+		case 0:
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
+			_ = l.Renew(rctx) // its result changes nothing: the retry decides
+			cancel()
+			w.send(evBetween, 0)
+		case 1:
+			_, _ = l.Err(), l.Fence()
+			w.send(evBetween, 0)
+		}
+	}
+	return err
+}
+
+// releasedWait bounds the wait for Done after the last Release returned
+// nil; it closes before Release returns.
+const releasedWait = time.Second
+
+// lossCauses names the causes of a lease's loss, for the counts.
+var lossCauses = []struct {
+	err  error
+	name string
+}{
+	{lease.ErrDeadline, "deadline"}, {lease.ErrSessionExpired, "session-expired"},
+	{lease.ErrKeyDeleted, "key-deleted"}, {lease.ErrKeyOverwritten, "key-overwritten"},
+	{lease.ErrNotOwner, "not-owner"}, {lease.ErrNotFound, "not-found"},
+}
+
+// released checks lease's promise for a last Release that returned nil,
+// retried or not: the lease has ended, as released. A lease that ended as
+// lost instead is reported (evLostRace, with the cause), not failed: lease
+// ends a lease on its own at its local validity deadline or when its
+// session is revoked, and may do so while the Release that deletes its
+// record is on its way; and a retried Release whose first attempt applied
+// may see its own delete reported as ErrKeyDeleted (issue 20, still open
+// when this was written). None of these lets anyone else hold the lock
+// early: the fencing checks above are the safety verdict.
+func (w *lineWorker) released(l *lease.Lease) {
+	t := time.NewTimer(releasedWait)
+	defer t.Stop()
+	cause := ""
+	select {
+	case <-l.Done():
+		err := l.Err()
+		if errors.Is(err, lease.ErrReleased) {
+			return
+		}
+		cause = "other"
+		for _, c := range lossCauses {
+			if errors.Is(err, c.err) {
+				cause = c.name
+				break
+			}
+		}
+	case <-t.C:
+		cause = "not-ended"
+	}
+	w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evLostRace, Msg: cause})
 }
 
 // hold does up to maxCycles read-modify-write cycles under l. Like
@@ -211,8 +378,12 @@ func (w *lineWorker) hold(ctx context.Context, l *lease.Lease) {
 		return context.WithTimeout(ctx, requestWait)
 	}
 	rctx, cancel := req()
-	err := w.res.claim(rctx, tok)
+	call := time.Now()
+	sent, err := w.res.claim(rctx, w.shard, tok)
 	cancel()
+	if sent {
+		w.record(check.OpClaim, tok, 0, call, err)
+	}
 	if err != nil {
 		w.send(outcome(err), 0)
 		return
@@ -223,8 +394,14 @@ func (w *lineWorker) hold(ctx context.Context, l *lease.Lease) {
 		}
 		w.send(evOp, 0)
 		rctx, cancel := req()
-		elems, err := w.res.read(rctx, tok)
+		call := time.Now()
+		elems, err := w.res.read(rctx, w.shard, tok)
 		cancel()
+		var last int64
+		if len(elems) > 0 {
+			last = elems[len(elems)-1]
+		}
+		w.record(w.res.readKind(), tok, last, call, err)
 		if err != nil {
 			w.send(outcome(err), 0)
 			return
@@ -237,12 +414,16 @@ func (w *lineWorker) hold(ctx context.Context, l *lease.Lease) {
 		// The write does not use the lease's context: like a request
 		// already on the wire, it goes on after the lease ends. A
 		// late write (slow-writer fault) runs after this worker gave
-		// up, so it gets a context of its own.
+		// up, so it gets a context of its own; it is recorded when it
+		// is actually sent.
 		write := func(ctx context.Context) func() error {
 			return func() error {
 				ctx, cancel := context.WithTimeout(ctx, requestWait)
 				defer cancel()
-				return w.res.write(ctx, tok, append(slices.Clone(elems), add), add)
+				call := time.Now()
+				err := w.res.write(ctx, w.shard, tok, append(slices.Clone(elems), add), add)
+				w.record(check.OpWrite, tok, add, call, err)
+				return err
 			}
 		}
 		if w.slow != nil {
@@ -311,8 +492,8 @@ func runProcessWorker(ctx context.Context) error {
 
 // ---- register: an in-memory set behind guard's HTTP middleware ----
 
-// register is the server side of one register line: a set of elements,
-// and the history of the writes it applied.
+// register is the server side of one shard of a register line: a set of
+// elements, and the history of the writes it applied.
 type register struct {
 	mu      sync.Mutex
 	elems   []int64
@@ -375,10 +556,13 @@ func newRegisterClient(spec lineSpec) *registerClient {
 	return &registerClient{url: spec.URL, tr: tr, cli: &http.Client{Transport: &guard.Transport{Base: tr}}}
 }
 
-func (c *registerClient) claim(context.Context, fence.Token) error { return nil }
+func (c *registerClient) claim(context.Context, int, fence.Token) (bool, error) { return false, nil }
 
-func (c *registerClient) do(ctx context.Context, tok fence.Token, method string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(fence.NewContext(ctx, tok), method, c.url, body)
+func (c *registerClient) readKind() check.OpKind { return check.OpRead }
+
+func (c *registerClient) do(ctx context.Context, shard int, tok fence.Token, method string, body io.Reader) (*http.Response, error) {
+	url := c.url + "/" + strconv.Itoa(shard)
+	req, err := http.NewRequestWithContext(fence.NewContext(ctx, tok), method, url, body)
 	if err != nil {
 		return nil, err
 	}
@@ -386,9 +570,13 @@ func (c *registerClient) do(ctx context.Context, tok fence.Token, method string,
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == guard.StatusRejected || resp.StatusCode == guard.StatusUnverified {
+	switch resp.StatusCode {
+	case guard.StatusRejected:
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %w", method, errRejected)
+		return nil, fmt.Errorf("%s: %w", method, errStale)
+	case guard.StatusUnverified:
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %w", method, errUnverified)
 	}
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(resp.Body)
@@ -402,8 +590,8 @@ func (c *registerClient) do(ctx context.Context, tok fence.Token, method string,
 // first read of a new holder raises the mark (as guard.Claim would): an
 // older holder's write can no longer land between this read and the
 // write based on it.
-func (c *registerClient) read(ctx context.Context, tok fence.Token) ([]int64, error) {
-	resp, err := c.do(ctx, tok, http.MethodGet, nil)
+func (c *registerClient) read(ctx context.Context, shard int, tok fence.Token) ([]int64, error) {
+	resp, err := c.do(ctx, shard, tok, http.MethodGet, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -415,12 +603,12 @@ func (c *registerClient) read(ctx context.Context, tok fence.Token) ([]int64, er
 	return body.Elems, nil
 }
 
-func (c *registerClient) write(ctx context.Context, tok fence.Token, elems []int64, add int64) error {
+func (c *registerClient) write(ctx context.Context, shard int, tok fence.Token, elems []int64, add int64) error {
 	b, err := json.Marshal(registerBody{Elems: elems, Add: add})
 	if err != nil {
 		return err
 	}
-	resp, err := c.do(ctx, tok, http.MethodPut, bytes.NewReader(b))
+	resp, err := c.do(ctx, shard, tok, http.MethodPut, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
@@ -452,6 +640,15 @@ func openSQLClient(spec lineSpec, v sqlguard.Verifier) (*sqlClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every shard's loop shares the pool: keep it within what a
+	// database server allows for all workers and lines together. SQLite
+	// has one writer at a time; connections beyond two only wait in its
+	// busy handler.
+	if spec.Dialect == sqlguard.SQLite {
+		db.SetMaxOpenConns(2)
+	} else {
+		db.SetMaxOpenConns(sqlConns)
+	}
 	g, err := sqlguard.New(spec.Dialect, sqlguard.WithTable(spec.Tables.Fence), sqlguard.WithRequestTable(spec.Tables.Requests),
 		sqlguard.WithVerifier(v))
 	if err != nil {
@@ -479,44 +676,55 @@ func q(d sqlguard.Dialect, query string) string {
 	return b.String()
 }
 
+// sqlConns bounds the connections of one worker's pool for one line.
+const sqlConns = 4
+
 func sqlErr(err error) error {
-	if errors.Is(err, sqlguard.ErrStale) || errors.Is(err, sqlguard.ErrWrongLock) || errors.Is(err, sqlguard.ErrUnverified) {
+	switch {
+	case errors.Is(err, sqlguard.ErrStale):
+		return fmt.Errorf("%w: %w", errStale, err)
+	case errors.Is(err, sqlguard.ErrUnverified):
+		return fmt.Errorf("%w: %w", errUnverified, err)
+	case errors.Is(err, sqlguard.ErrWrongLock):
 		return fmt.Errorf("%w: %w", errRejected, err)
 	}
 	return err
 }
 
-func (c *sqlClient) claim(ctx context.Context, tok fence.Token) error {
+func (c *sqlClient) claim(ctx context.Context, shard int, tok fence.Token) (bool, error) {
 	if !c.spec.Guarded {
-		return nil
+		return false, nil
 	}
-	return sqlErr(c.g.Claim(ctx, c.db, tok, c.spec.Resource))
+	return true, sqlErr(c.g.Claim(ctx, c.db, tok, c.spec.resource(shard)))
 }
 
-func (c *sqlClient) read(ctx context.Context, _ fence.Token) ([]int64, error) {
+// readKind: the SELECT is not fenced; Claim fenced the holder in.
+func (c *sqlClient) readKind() check.OpKind { return check.OpPlainRead }
+
+func (c *sqlClient) read(ctx context.Context, shard int, _ fence.Token) ([]int64, error) {
 	var s string
-	err := c.db.QueryRowContext(ctx, q(c.spec.Dialect, "SELECT elems FROM "+c.spec.Tables.Set+" WHERE resource = ?"), c.spec.Resource).Scan(&s)
+	err := c.db.QueryRowContext(ctx, q(c.spec.Dialect, "SELECT elems FROM "+c.spec.Tables.Set+" WHERE resource = ?"), c.spec.resource(shard)).Scan(&s)
 	if err != nil {
 		return nil, err
 	}
 	return parseElems(s)
 }
 
-func (c *sqlClient) write(ctx context.Context, tok fence.Token, elems []int64, add int64) error {
-	d, t := c.spec.Dialect, c.spec.Tables
+func (c *sqlClient) write(ctx context.Context, shard int, tok fence.Token, elems []int64, add int64) error {
+	d, t, res := c.spec.Dialect, c.spec.Tables, c.spec.resource(shard)
 	body := func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, q(d, "UPDATE "+t.Set+" SET elems = ?, ver = ver + 1 WHERE resource = ?"), formatElems(elems), c.spec.Resource); err != nil {
+		if _, err := tx.ExecContext(ctx, q(d, "UPDATE "+t.Set+" SET elems = ?, ver = ver + 1 WHERE resource = ?"), formatElems(elems), res); err != nil {
 			return err
 		}
 		var ver int64
-		if err := tx.QueryRowContext(ctx, q(d, "SELECT ver FROM "+t.Set+" WHERE resource = ?"), c.spec.Resource).Scan(&ver); err != nil {
+		if err := tx.QueryRowContext(ctx, q(d, "SELECT ver FROM "+t.Set+" WHERE resource = ?"), res).Scan(&ver); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, q(d, "INSERT INTO "+t.Log+" (resource, ver, token, elem) VALUES (?, ?, ?, ?)"), c.spec.Resource, ver, tok.Revision, add)
+		_, err := tx.ExecContext(ctx, q(d, "INSERT INTO "+t.Log+" (resource, ver, token, elem) VALUES (?, ?, ?, ?)"), res, ver, tok.Revision, add)
 		return err
 	}
 	if c.spec.Guarded {
-		return sqlErr(c.g.RunTx(ctx, c.db, nil, tok, []string{c.spec.Resource}, body))
+		return sqlErr(c.g.RunTx(ctx, c.db, nil, tok, []string{res}, body))
 	}
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {

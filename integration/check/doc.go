@@ -17,6 +17,18 @@
 // Check. The Report counts each rule's problems and lists the first ones;
 // Report.Err names the first.
 //
+// CheckLinearizable is a second, independent check, built on porcupine
+// (github.com/anishathalye/porcupine): record each client's operations on
+// a fenced register — claims, fenced or plain reads, writes — with their
+// call and return times and outcomes (Op), and it searches for an order
+// that is a legal run of FencedRegister: an operation is admitted iff its
+// token is at least the mark, which it raises; an admitted write sets the
+// value. Where Check trusts the resource's own log of applied writes, it
+// trusts only what the clients saw, so the two catch different mistakes
+// (a log written outside the serialized path, a read served from a stale
+// copy). On a history that is not linearizable, Linearization.Visualize
+// writes porcupine's HTML view of it.
+//
 // What it does not do: it checks one resource at a time and only the
 // rules above. It does not know which writes were rejected, nor whether an
 // element was applied twice (that is an idempotency key's job, not a

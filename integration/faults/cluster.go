@@ -77,3 +77,19 @@ func (f *memberFault) Heal(ctx context.Context) error {
 	f.stopped = nil
 	return nil
 }
+
+// RestartMember stops member m and starts it again at once from its data
+// dir, on the same addresses; Inject returns once it is ready (ctx bounds
+// the wait). Holders renewing through m see their requests fail and must
+// retry or fail over; with one member the whole cluster goes down for the
+// restart, and the leases it granted come back with a fresh TTL. Heal does
+// nothing.
+func RestartMember(m Member) Fault {
+	return &funcFault{kind: KindMemberRestart, inject: func(ctx context.Context) error {
+		m.Stop()
+		if err := m.Restart(ctx); err != nil {
+			return fmt.Errorf("faults: restart member: %w", err)
+		}
+		return nil
+	}}
+}

@@ -18,7 +18,13 @@
 //   - RevokeHolder and DeleteHolder: the holder's etcd lease is revoked, or
 //     its lock record deleted, behind its back.
 //   - CrashMember and KillLeader: an etcd member, or whichever is the
-//     leader, stops and restarts on Heal.
+//     leader, stops and restarts on Heal. RestartMember stops a member and
+//     starts it again at once from its data dir, while holders renew.
+//   - SwitchMember: a client's links to every member but one are cut and
+//     its connections reset, so it reconnects to another member and
+//     re-establishes its watches and keep-alives there.
+//   - CompactedWatch: a holder partitioned, its record deleted and etcd's
+//     history compacted past its watch before the partition heals.
 //   - SlowWriter: a holder's write is delivered late, after it gave up and
 //     the next holder wrote.
 //
@@ -29,6 +35,11 @@
 // etcd requests — and their timing is not deterministic: a fault injected
 // while nobody holds the lock disrupts nothing, so run many and count
 // them.
+//
+// A slow disk on one member is not in the kit: etcd's embed package has no
+// hook for storage latency (etcd's own robustness tests delay the disk with
+// gofail failpoints, which need an etcd built with failpoints enabled).
+// SlowLink in front of one member's clients is the nearest substitute.
 //
 // A Proxy only sees traffic sent to it: give the client under test the
 // proxy's URL instead of the server's. Faults that talk to etcd themselves

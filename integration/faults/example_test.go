@@ -124,6 +124,50 @@ func ExampleDeleteHolder() {
 	// true
 }
 
+// A holder is partitioned while its record is deleted and etcd compacts
+// the history its watch would resume from: when the partition heals, it
+// must still learn that its lease is gone.
+func ExampleCompactedWatch() {
+	ctx := context.Background()
+	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	admin, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer admin.Close()
+	proxy, err := cluster.NewProxy(cluster.Members()[0])
+	if err != nil {
+		panic(err)
+	}
+	defer proxy.Close()
+	cli, err := cluster.NewClientThrough(proxy)
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+	l, err := locks.Acquire(ctx, "orders")
+	if err != nil {
+		panic(err)
+	}
+	f := faults.CompactedWatch(admin, faults.LockPrefix(lease.DefaultPrefix, "orders"), proxy)
+	if err := faults.Apply(ctx, f, 100*time.Millisecond); err != nil {
+		panic(err)
+	}
+	<-l.Done()
+	fmt.Println(f.Kind(), errors.Is(l.Err(), lease.ErrLost))
+	// Output:
+	// compacted-watch true
+}
+
 // startEcho serves lines back on a loopback port.
 func startEcho() net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

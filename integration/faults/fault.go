@@ -23,6 +23,15 @@ const (
 	KindMemberCrash = "member-crash" // an etcd member stops, and restarts on heal
 	KindLeaderKill  = "leader-kill"  // the etcd leader stops, and restarts on heal
 	KindSlowWriter  = "slow-writer"  // a holder's writes arrive late
+	// KindMemberRestart: an etcd member stops and starts again at once
+	// from its data dir, while holders renew.
+	KindMemberRestart = "member-restart"
+	// KindMemberSwitch: a client's links to every member but one are cut
+	// and it reconnects to that one.
+	KindMemberSwitch = "member-switch"
+	// KindCompactedWatch: a holder is partitioned, its record deleted and
+	// the history compacted past its watch before the partition heals.
+	KindCompactedWatch = "compacted-watch"
 )
 
 // A Fault is one named, reusable disruption. Inject starts it; Heal undoes

@@ -16,6 +16,7 @@ import (
 	"github.com/fencekit/fencekit/integration/faults"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
@@ -220,4 +221,133 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestRestartMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	cli := etcdtest.Client(t, c)
+	if _, err := cli.Put(ctx, "k", "before"); err != nil {
+		t.Fatal(err)
+	}
+	r := faults.RestartMember(c.Members[0])
+	if got := r.Kind(); got != faults.KindMemberRestart {
+		t.Errorf("Kind = %q, want %q", got, faults.KindMemberRestart)
+	}
+	if err := faults.Apply(ctx, r, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Members[0].Running() {
+		t.Fatal("member not running after the restart")
+	}
+	// The data survived: it came back from the data dir.
+	resp, err := cli.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "before" {
+		t.Errorf("after the restart k = %v, want \"before\"", resp.Kvs)
+	}
+}
+
+func TestSwitchMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := etcdtest.StartCluster(t, 3)
+	var proxies []*faults.Proxy
+	var eps []string
+	for _, ep := range c.Endpoints() {
+		p, err := faults.NewProxy(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		proxies = append(proxies, p)
+		eps = append(eps, p.URL())
+	}
+	cli := etcdtest.Client(t, c, eps...)
+	if _, err := cli.Put(ctx, "k", "0"); err != nil {
+		t.Fatal(err)
+	}
+	sw := faults.SwitchMember(proxies[2], proxies[:2]...)
+	if err := sw.Inject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Requests that go to a cut member time out; retried, they reach the
+	// one left.
+	done := false
+	for i := 0; i < 50 && !done; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := cli.Put(rctx, "k", "during")
+		cancel()
+		done = err == nil
+	}
+	if !done {
+		t.Error("no write went through the member left")
+	}
+	if err := sw.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Inject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = sw.Heal(ctx)
+	if err := faults.SwitchMember(nil).Inject(ctx); !errors.Is(err, faults.ErrNoTarget) {
+		t.Errorf("SwitchMember(nil): Inject = %v, want ErrNoTarget", err)
+	}
+}
+
+func TestCompactedWatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	admin := etcdtest.Client(t, c)
+	p, err := faults.NewProxy(c.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	locks, err := lease.New(etcdtest.Client(t, c, p.URL()), lease.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	l, err := locks.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := faults.CompactedWatch(admin, faults.LockPrefix(lease.DefaultPrefix, "a"), p)
+	if err := f.Inject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The record is gone, and the history behind the holder's watch.
+	resp, err := admin.Get(ctx, faults.LockPrefix(lease.DefaultPrefix, "a"), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Errorf("records left: %d", len(resp.Kvs))
+	}
+	if _, err := admin.Get(ctx, "x", clientv3.WithRev(l.Fence().Revision)); err == nil {
+		t.Error("history before the fault still readable: not compacted")
+	}
+	if err := f.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		if !errors.Is(l.Err(), lease.ErrLost) {
+			t.Errorf("lease ended with %v, want ErrLost", l.Err())
+		}
+	case <-time.After(4 * time.Second):
+		t.Error("holder did not learn of its deleted record after the compaction (4 s)")
+	}
+	if err := f.Inject(ctx); !errors.Is(err, faults.ErrNoTarget) {
+		t.Errorf("Inject with no holder = %v, want ErrNoTarget", err)
+	}
+	// The links are back.
+	if _, err := locks.Acquire(ctx, "b"); err != nil {
+		t.Errorf("acquire after the fault: %v", err)
+	}
 }

@@ -67,6 +67,30 @@ func SlowLink(d time.Duration, proxies ...*Proxy) Fault {
 	}
 }
 
+// SwitchMember makes a client whose proxies lead to different members of
+// one cluster reconnect to another member: it cuts the links through cut,
+// as Partition does, and resets the connections through keep, so that the
+// client must dial again and re-establish its streams (watches, lease
+// keep-alives) on the member behind keep, the only one it can reach.
+// Requests the client sends on a cut link meanwhile time out. Heal
+// restores the cut links and resets their connections.
+func SwitchMember(keep *Proxy, cut ...*Proxy) Fault {
+	return &funcFault{
+		kind: KindMemberSwitch,
+		inject: func(ctx context.Context) error {
+			if keep == nil || len(cut) == 0 {
+				return ErrNoTarget
+			}
+			if err := each(cut, true, (*Proxy).Blackhole)(ctx); err != nil {
+				return err
+			}
+			keep.ResetConns()
+			return nil
+		},
+		heal: each(cut, false, (*Proxy).Resume, (*Proxy).ResetConns),
+	}
+}
+
 // each returns a step applying fs to every proxy in turn. An inject step
 // with no proxies reports ErrNoTarget; a heal step does nothing.
 func each(proxies []*Proxy, inject bool, fs ...func(*Proxy)) func(context.Context) error {

@@ -1,0 +1,72 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// compactFillers is how many writes CompactedWatch makes before it
+// compacts, so that the compaction leaves the holder's watch well behind.
+const compactFillers = 8
+
+// CompactedWatch takes a lock from its holder while the holder cannot
+// watch: Inject cuts the links through proxies (the holder's client's, as
+// Partition does), deletes the holder's record of the lock under
+// lockPrefix (comparing its creation revision, as DeleteHolder does),
+// writes a few times to a scratch key and compacts etcd's history up to
+// the last write. When Heal restores the links, the holder's watch resumes
+// from a revision that is gone: etcd cancels it as compacted, and the
+// holder's client must find out what it missed (the record's deletion)
+// some other way. cli must not be behind proxies. Inject returns
+// ErrNoTarget, with the links restored, when nobody holds the lock.
+//
+// The writes go to ScratchKey, deleted again before compacting. Compaction is for the whole
+// cluster: every watcher that is behind loses its watch too.
+func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) Fault {
+	heal := each(proxies, false, (*Proxy).Resume, (*Proxy).ResetConns)
+	return &funcFault{kind: KindCompactedWatch, heal: heal, inject: func(ctx context.Context) (err error) {
+		// Find the holder first, so that a lock nobody holds costs the
+		// holder's links nothing.
+		key, rev, _, err := Holder(ctx, cli, lockPrefix)
+		if err != nil {
+			return err
+		}
+		if err := each(proxies, true, (*Proxy).Blackhole)(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				_ = heal(ctx)
+			}
+		}()
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("faults: delete holder's record: %w", err)
+		}
+		if !resp.Succeeded {
+			return ErrNoTarget // released or replaced meanwhile
+		}
+		for i := range compactFillers {
+			if _, err := cli.Put(ctx, ScratchKey, fmt.Sprint(i)); err != nil {
+				return fmt.Errorf("faults: write before compacting: %w", err)
+			}
+		}
+		del, err := cli.Delete(ctx, ScratchKey)
+		if err != nil {
+			return fmt.Errorf("faults: write before compacting: %w", err)
+		}
+		if _, err := cli.Compact(ctx, del.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			return fmt.Errorf("faults: compact: %w", err)
+		}
+		return nil
+	}}
+}
+
+// ScratchKey is the etcd key CompactedWatch writes and deletes before
+// compacting. It is outside any lock prefix a lease.Client would use by
+// default.
+const ScratchKey = "fencekit-faults/compact"
