@@ -300,8 +300,9 @@ func (c *Client) endSession(s *session, cause error) bool {
 			continue
 		}
 		delete(c.held, k)
-		if errors.Is(cause, ErrSessionExpired) && l.releasing == relPending {
-			// Its holder asked for it to go, and it went.
+		if !errors.Is(cause, ErrClosed) && l.releasing == relPending {
+			// Its holder asked for it to go (its Release's outcome is
+			// unknown), and the session's end takes it: released.
 			released = append(released, l)
 		} else {
 			lost = append(lost, l)
