@@ -146,6 +146,13 @@ func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 			first = true
 			rev   int64 // read the head at this revision; 0: now
 		)
+		emit := func(ldr Leader) bool {
+			if first || ldr != last {
+				first, last = false, ldr
+				return yield(ldr)
+			}
+			return true
+		}
 		for ctx.Err() == nil {
 			opts := headOpts()
 			if rev > 0 {
@@ -159,49 +166,53 @@ func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 				}
 				continue
 			}
-			ldr := e.leaderOf(resp.Kvs)
-			if first || ldr != last {
-				if !yield(ldr) {
-					return
-				}
-				first, last = false, ldr
+			if !emit(e.leaderOf(resp.Kvs)) {
+				return
 			}
 			at := rev // a read at a past revision reports the current one in its header
 			if at == 0 {
 				at = resp.Header.Revision
 			}
-			rev = e.awaitChange(ctx, dir, at, ldr)
+			var ok bool
+			if rev, ok = e.follow(ctx, dir, at, last, emit); !ok {
+				return
+			}
 		}
 	}
 }
 
-// awaitChange watches dir after revision at until the head may have
-// changed, and returns the revision to read the head at (0 for now).
-func (e *Election) awaitChange(ctx context.Context, dir string, at int64, cur Leader) int64 {
+// follow watches dir after revision at, emitting the leader's new values
+// as it publishes them, until the head may have changed hands. It returns
+// the revision to read the head at (0: now), and false when emit says stop.
+func (e *Election) follow(ctx context.Context, dir string, at int64, cur Leader, emit func(Leader) bool) (int64, bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	headKey := ""
-	if !cur.IsZero() {
-		headKey = cur.key
-	}
 	for resp := range e.c.etcd.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
 		if resp.Err() != nil || resp.CompactRevision != 0 {
-			return 0
+			return 0, true
 		}
 		for _, ev := range resp.Events {
-			key := string(ev.Kv.Key)
 			switch {
 			case cur.IsZero() && ev.Type == mvccpb.PUT:
-				return ev.Kv.ModRevision // a first candidate
-			case key == headKey && ev.Kv.ModRevision > cur.Term.Revision:
-				return ev.Kv.ModRevision // the leader left, or published
+				return ev.Kv.ModRevision, true // a first candidate
+			case string(ev.Kv.Key) != cur.key || ev.Kv.ModRevision <= cur.Term.Revision:
+			case ev.Type == mvccpb.DELETE:
+				return ev.Kv.ModRevision, true // the leader left
+			case ev.Kv.CreateRevision == cur.Term.Revision:
+				// The leader published: same term, new value.
+				cur = e.leaderOf([]*mvccpb.KeyValue{ev.Kv})
+				if !emit(cur) {
+					return 0, false
+				}
+			default:
+				return ev.Kv.ModRevision, true // its key was written anew
 			}
 		}
 	}
 	if ctx.Err() == nil {
 		sleep(ctx, 50*time.Millisecond)
 	}
-	return 0
+	return 0, true
 }
 
 // leaderOf decodes the head of an election's queue.

@@ -112,7 +112,7 @@ func parse(r io.Reader) (*results, error) {
 }
 
 // benchOrder is the order of benchmarks in the tables; others follow.
-var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Guard", "LossSignal", "ManyLocks"}
+var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Observe", "Guard", "LossSignal", "ManyLocks"}
 
 func benchRank(bench string) int {
 	if i := slices.Index(benchOrder, bench); i >= 0 {
@@ -334,6 +334,11 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 		return atMost(2)
 	case rw.bench == "Handoff" && rw.param == "n=2" && pair == "etcdmutex/fencekit":
 		return atLeast(20)
+	case rw.bench == "Election" && pair == "fencekit/lock":
+		return atMost(2)
+	case rw.bench == "Observe" && pair == "fencekit/etcdelection":
+		fk, _ := res.get(rw, "fencekit-ms/op")
+		return "a change seen ≤ 5 ms after Proclaim (median)", verdict(fk <= 5, true)
 	case rw.bench == "Guard" && rw.param == "http-verified" && pair == "fencekit/floor":
 		fk, _ := res.get(rw, "fencekit-ms/op")
 		floor, _ := res.get(rw, "floor-ms/op")
