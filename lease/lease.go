@@ -137,13 +137,15 @@ func (l *Lease) end(err error) {
 	}
 	l.err = err
 	l.mu.Unlock()
-	l.cancel(err)
+	// Count and log before Done closes, so that whoever wakes on Done
+	// finds the metrics and logs already saying why.
 	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
 	if errors.Is(err, ErrLost) {
 		l.c.met.losses.WithLabelValues(lossCause(err)).Inc()
 		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
+	l.cancel(err)
 }
 
 // lose ends the lease because a call found it no longer owns its record.
