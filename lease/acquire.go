@@ -115,6 +115,12 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every request of this acquisition ends when its session does: a
+	// request cut off by a partition must not outlive the session.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ended, func() { cancel(s.cause(c)) })
+	defer stop()
 	tok := c.src.New()
 	dir := c.cfg.prefix + req.name + "/"
 	key := c.claimSlot(s, dir, req.kind.suffix())

@@ -19,6 +19,8 @@ type session struct {
 	ttl        time.Duration
 	margin     time.Duration
 	done       chan struct{}
+	ended      context.Context // cancelled with done, for context.AfterFunc
+	end        context.CancelFunc
 	err        error
 	validUntil time.Time
 	timer      *time.Timer
@@ -72,11 +74,14 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 			"use lease.WithTTL(%v) or more, or run etcd with a shorter --election-timeout", ErrTTLTooShort, c.cfg.ttl, ttl, ttl)
 	}
 	margin := min(c.cfg.margin, ttl/2)
+	ended, end := context.WithCancel(context.Background())
 	s := &session{
 		id:         resp.ID,
 		ttl:        ttl,
 		margin:     margin,
 		done:       make(chan struct{}),
+		ended:      ended,
+		end:        end,
 		validUntil: sent.Add(ttl - margin),
 		slots:      map[string]struct{}{},
 	}
@@ -287,6 +292,7 @@ func (c *Client) endSession(s *session, cause error) bool {
 	}
 	s.err = cause
 	close(s.done)
+	s.end()
 	if s.timer != nil {
 		s.timer.Stop()
 	}
