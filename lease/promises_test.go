@@ -328,12 +328,19 @@ func TestDoErrorsAfterPartitionAreRetryable(t *testing.T) {
 	px.p.ResetConns()
 	require.NoError(t, holder.Release(ctx))
 	direct := newClient(t, px.direct)
-	err = direct.Do(ctx, "part", func(ctx context.Context, l *lease.Lease) error {
-		key, _ := heldRecord(t, px.direct, "part")
-		_, err := px.direct.Delete(ctx, key)
+	err = direct.Do(ctx, "part", func(lctx context.Context, l *lease.Lease) error {
+		// Delete this holder's record (found by its fencing revision: the
+		// partitioned Client's record may still be going away).
+		resp, err := px.direct.Get(ctx, lease.DefaultPrefix+"part/", clientv3.WithPrefix())
 		require.NoError(t, err)
-		<-ctx.Done()
-		return context.Cause(ctx)
+		for _, kv := range resp.Kvs {
+			if kv.CreateRevision == l.Fence().Revision {
+				_, err := px.direct.Delete(ctx, string(kv.Key))
+				require.NoError(t, err)
+			}
+		}
+		<-lctx.Done()
+		return context.Cause(lctx)
 	})
 	require.ErrorIs(t, err, lease.ErrRetryable)
 	require.ErrorIs(t, err, lease.ErrKeyDeleted)
