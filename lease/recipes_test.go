@@ -221,7 +221,7 @@ func TestRWMutexRevokedWaiterDoesNotLock(t *testing.T) {
 	require.NoError(t, err)
 	var holders atomic.Int32
 	errs := make(chan error, 2)
-	for _, m := range []*lease.RWMutex{m2, m3} {
+	for i, m := range []*lease.RWMutex{m2, m3} {
 		go func() {
 			w, err := m.Lock(ctx)
 			if err == nil {
@@ -232,7 +232,7 @@ func TestRWMutexRevokedWaiterDoesNotLock(t *testing.T) {
 			}
 			errs <- err
 		}()
-		waitRecords(t, cli, "16221", len(records(t, cli, "16221"))+1)
+		waitRecords(t, cli, "16221", 2+i) // queue in order: m2, then m3
 	}
 	keys := records(t, cli, "16221")
 	require.Len(t, keys, 3)
