@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/fencekit/fencekit/internal/logattr"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
@@ -132,10 +131,10 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	if err := c.addWaiter(w); err != nil {
 		return nil, err
 	}
-	queue, written, err := c.enqueue(ctx, w, val, req.try)
+	queue, readRev, written, err := c.enqueue(ctx, w, val, req.try)
 	var l *Lease
 	if err == nil {
-		l, err = c.awaitAdmission(ctx, w, queue, req)
+		l, err = c.awaitAdmission(ctx, w, queue, readRev, req)
 	}
 	if err != nil {
 		c.removeWaiter(w)
@@ -165,7 +164,10 @@ func (c *Client) addWaiter(w *waiter) error {
 		return errRetired // ended since this acquisition picked it: try another
 	}
 	w.reading()
-	w.watch = c.watchLocked(w.dir)
+	w.own = c.watchOwnLocked(w.key)
+	if w.kind.limit > 0 {
+		w.block = c.holdWatchLocked(w.dir, true) // a permit may come from any holder
+	}
 	c.waiters[w.key] = w
 	if c.byDir[w.dir] == nil {
 		c.byDir[w.dir] = map[*waiter]struct{}{}
@@ -181,70 +183,15 @@ func (c *Client) removeWaiter(w *waiter) {
 	c.retireIfIdleLocked(w.sess)
 }
 
+// unlinkWaiter stops routing watch events to w. c.mu is held.
 func (c *Client) unlinkWaiter(w *waiter) {
+	c.dropWatchLocked(w.block)
+	w.block = nil
 	delete(c.waiters, w.key)
 	if ws := c.byDir[w.dir]; ws != nil {
 		delete(ws, w)
 		if len(ws) == 0 {
 			delete(c.byDir, w.dir)
-		}
-	}
-}
-
-// awaitAdmission waits until fewer records than w's kind allows block w in
-// queue, and returns the held lease.
-func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.KeyValue, req request) (*Lease, error) {
-	pos := -1
-	for i, kv := range queue {
-		if string(kv.Key) == w.key {
-			pos = i
-			break
-		}
-	}
-	switch {
-	case pos < 0 && req.try:
-		return nil, ErrHeld
-	case pos < 0:
-		return nil, ErrKeyDeleted
-	}
-	myRev := queue[pos].CreateRevision
-	w.setMyRev(myRev)
-	if err := w.failure(); err != nil {
-		return nil, err
-	}
-	blockers, need, err := admission(w.kind, queue[:pos])
-	if err != nil {
-		return nil, err
-	}
-	w.position = len(blockers)
-	if w.setBlockers(blockers, need) {
-		return c.promote(w, myRev, req)
-	}
-	if req.try {
-		return nil, ErrHeld
-	}
-	stuck := time.NewTicker(c.cfg.ttl)
-	defer stuck.Stop()
-	for {
-		select {
-		case <-w.wakec:
-			if w.admitted() {
-				return c.promote(w, myRev, req)
-			}
-		case <-w.failc:
-			return nil, w.failure()
-		case <-w.sess.done:
-			return nil, w.sess.cause(c)
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		case <-c.ctx.Done():
-			return nil, ErrClosed
-		case <-stuck.C:
-			// Longer than a TTL behind the same record: say so if it is a
-			// record that no session keeps, which never goes by itself.
-			if key, crev := w.oldestBlocker(); key != "" {
-				c.checkForeign(ctx, key, crev)
-			}
 		}
 	}
 }
@@ -342,23 +289,4 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	c.held[w.key] = l
 	return l, nil
-}
-
-// checkForeign reports a record in a lock's queue that no session keeps
-// alive (written by something other than a fencekit Client, or detached
-// from its lease): it blocks the lock until an operator deletes it.
-func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
-	resp, err := c.etcd.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != crev {
-		return
-	}
-	kv := resp.Kvs[0]
-	_, _, ok := decodeValue(kv.Value)
-	if kv.Lease != 0 && ok {
-		return
-	}
-	c.met.foreign.Inc()
-	c.log.Warn("lease queue blocked by a record no session keeps; delete it (etcdctl del, or fencekit release --fence) to unblock the lock",
-		logattr.Lock(dirName(key)), slog.String("key", key), logattr.Fence(crev),
-		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
 }

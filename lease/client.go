@@ -40,8 +40,8 @@ type Client struct {
 	// releasing/sawDelete fields of every Lease, and the orphans.
 	mu         sync.Mutex
 	closed     bool
-	watches    map[string]*dirWatch  // lock directory (or the prefix) -> its watch
-	prefixMode bool                  // one watch of the whole prefix (see maxDirWatches)
+	watches    map[string]*keyWatch  // watched key (or directory, or the prefix) -> its watch
+	prefixMode bool                  // one watch of the whole prefix (see maxWatches)
 	sess       *session              // the session new acquisitions use; nil if none
 	sessions   map[*session]struct{} // every session not yet ended
 	held       map[string]*Lease     // record key -> lease
@@ -103,7 +103,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		byDir:    map[string]map[*waiter]struct{}{},
 		orphans:  map[string]orphan{},
 		sessions: map[*session]struct{}{},
-		watches:  map[string]*dirWatch{},
+		watches:  map[string]*keyWatch{},
 	}, nil
 }
 

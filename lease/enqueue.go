@@ -15,10 +15,11 @@ func queueOpts() []clientv3.OpOption {
 }
 
 // enqueue writes w's record (value val) and returns the queue read in the
-// same transaction, made current with the watch of w's directory (see
-// catchUp). A try of an exclusive record writes only if the lock has no
-// record at all. written reports whether the record was written.
-func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (queue []*mvccpb.KeyValue, written bool, err error) {
+// same transaction and the revision it was read at, made current with the
+// watch of w's key (see catchUp). A try of an exclusive record writes only
+// if the lock has no record at all. written reports whether the record was
+// written.
+func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (queue []*mvccpb.KeyValue, readRev int64, written bool, err error) {
 	put := clientv3.OpPut(w.key, val, clientv3.WithLease(w.sess.id))
 	// Write the record unless a previous try of this acquisition already
 	// did (its reply lost), and read the queue in the same transaction.
@@ -30,7 +31,6 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		cond = clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
 		orElse = clientv3.OpGet(w.dir, append(queueOpts(), clientv3.WithLimit(1))...)
 	}
-	var readRev int64
 	for {
 		resp, err := c.etcd.Txn(ctx).If(cond).
 			Then(put, clientv3.OpGet(w.dir, queueOpts()...)).
@@ -41,7 +41,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 			// it, now or later.
 			w.uncertain = true
 			if err := c.retryable(ctx, w, err); err != nil {
-				return nil, written, err
+				return nil, 0, written, err
 			}
 			continue
 		}
@@ -56,7 +56,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		// else's.
 		if own := resp.Responses[1].GetResponseRange().Kvs; len(own) > 0 {
 			if string(own[0].Value) != val {
-				return nil, written, errSlotTaken
+				return nil, 0, written, errSlotTaken
 			}
 			written = true
 		}
@@ -64,26 +64,26 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		break
 	}
 	if try && w.kind == exclusive && !written {
-		return queue, written, nil // held: nothing to wait for
+		return queue, readRev, written, nil // held: nothing to wait for
 	}
-	q, err := c.catchUp(ctx, w, val, readRev)
+	q, at, err := c.catchUp(ctx, w, val, readRev)
 	if q != nil {
-		queue = q
+		queue, readRev = q, at
 	}
-	return queue, written, err
+	return queue, readRev, written, err
 }
 
-// catchUp makes sure that the watch of w's directory delivers every event
-// after readRev, the revision the queue was read at. A watch started after
-// that (a directory this Client had not watched yet) may have missed some:
-// then the queue and the waiter's own record are read again, and the new
-// queue returned.
-func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int64) ([]*mvccpb.KeyValue, error) {
-	if err := waitFor(ctx, c, w, w.watch.created); err != nil {
-		return nil, err
+// catchUp makes sure that the watch of w's key delivers every event after
+// readRev, the revision the queue was read at. A watch started after that
+// (a key this Client had not watched yet, whose watch etcd confirmed after
+// the write) may have missed some: then the queue and the waiter's own
+// record are read again, and the new queue and its revision returned.
+func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int64) ([]*mvccpb.KeyValue, int64, error) {
+	if err := waitFor(ctx, c, w, w.own.created); err != nil {
+		return nil, 0, err
 	}
-	if w.watch.start <= readRev {
-		return nil, nil
+	if w.own.start <= readRev {
+		return nil, 0, nil
 	}
 	for {
 		w.reading()
@@ -93,15 +93,15 @@ func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int
 			for _, kv := range resp.Kvs {
 				if string(kv.Key) == w.key {
 					if string(kv.Value) != val {
-						return nil, ErrKeyOverwritten
+						return nil, 0, ErrKeyOverwritten
 					}
-					return resp.Kvs, nil
+					return resp.Kvs, resp.Header.Revision, nil
 				}
 			}
-			return nil, ErrKeyDeleted
+			return nil, 0, ErrKeyDeleted
 		}
 		if err := c.retryable(ctx, w, err); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 }

@@ -15,8 +15,12 @@ import (
 // A waiter is admitted when fewer than need of the records ahead of it in
 // the queue block it (see admission). Records are only ever added behind
 // it (creation revisions only grow), so once the queue is read the set of
-// blockers can only shrink, one delete at a time: the watch counts them
-// down and the queue is never read again.
+// blockers can only shrink, one delete at a time. The Client watches only
+// the last of them (a semaphore waiter: the whole directory), so that a
+// release wakes one waiter and not the whole queue: when that record goes
+// and no other delete was seen, the waiter right behind it is admitted
+// without reading the queue again, and any other waiter reads the queue
+// again and watches the new last blocker (see Client.awaitAdmission).
 //
 // Record keys are reused (see Client.claimSlot), so the watch may deliver
 // events of an earlier record under the same key. Every event is therefore
@@ -27,7 +31,8 @@ type waiter struct {
 	kind            recordKind
 	tok             owner.Token
 	sess            *session
-	watch           *dirWatch     // covers dir; set by addWaiter
+	own             *keyWatch     // covers key; set by addWaiter
+	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by Client.mu
 	wakec           chan struct{} // admitted, or something to look at
 	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
 	failErr         error
@@ -42,6 +47,7 @@ type waiter struct {
 	myRev    int64            // creation revision of the waiter's record; 0 until known
 	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
 	blockers map[string]int64 // records ahead that block it: key -> creation revision; nil while reading
+	readAt   int64            // revision of the read blockers came from
 	need     int              // admitted once len(blockers) < need
 	seen     map[string]int64 // latest delete revision per key seen while reading the queue
 }
@@ -62,9 +68,7 @@ func (w *waiter) onDelete(key string, rev int64) {
 	default:
 		if crev, ok := w.blockers[key]; ok && rev > crev {
 			delete(w.blockers, key)
-			if len(w.blockers) < w.need {
-				w.wake()
-			}
+			w.wake() // admitted, or its target may be gone
 		}
 	}
 }
@@ -79,39 +83,39 @@ func (w *waiter) onPut(rev int64, mine bool) {
 	}
 }
 
-// resync applies what a read of the lock's records at revision at found
-// after the watch missed events: the waiter's own record gone or
+// resync applies what a read at revision at of the keys covers reports
+// found, after a watch missed events: the waiter's own record gone or
 // overwritten, blockers gone. It wakes the waiter if that admits it.
-func (w *waiter) resync(present map[string]*mvccpb.KeyValue, at int64) {
+func (w *waiter) resync(covers func(string) bool, present map[string]*mvccpb.KeyValue, at int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.myRev == 0 || w.myRev > at {
 		return // not written when read, as far as the waiter knows
 	}
-	kv := present[w.key]
-	var val []byte
-	if kv != nil {
-		val = kv.Value
-	}
-	switch tok, _, ok := decodeValue(val); {
-	case kv == nil || kv.CreateRevision != w.myRev:
-		w.fail(ErrKeyDeleted)
-		return
-	case !ok || tok != w.owner:
-		w.fail(ErrKeyOverwritten)
-		return
+	if covers(w.key) {
+		kv := present[w.key]
+		var val []byte
+		if kv != nil {
+			val = kv.Value
+		}
+		switch tok, _, ok := decodeValue(val); {
+		case kv == nil || kv.CreateRevision != w.myRev:
+			w.fail(ErrKeyDeleted)
+			return
+		case !ok || tok != w.owner:
+			w.fail(ErrKeyOverwritten)
+			return
+		}
 	}
 	if w.blockers == nil {
 		return
 	}
 	for key, crev := range w.blockers {
-		if b := present[key]; b == nil || b.CreateRevision != crev {
+		if b := present[key]; covers(key) && (b == nil || b.CreateRevision != crev) {
 			delete(w.blockers, key)
 		}
 	}
-	if len(w.blockers) < w.need {
-		w.wake()
-	}
+	w.wake()
 }
 
 // setMyRev records the creation revision of the waiter's record, and fails
@@ -157,9 +161,10 @@ func (w *waiter) reading() {
 	w.mu.Unlock()
 }
 
-// setBlockers sets the records that block the waiter, less those the watch
-// saw deleted during the read, and reports whether it is admitted.
-func (w *waiter) setBlockers(blockers map[string]int64, need int) bool {
+// setBlockers sets the records that block the waiter, read at revision
+// at, less those the watch saw deleted during the read, and reports
+// whether it is admitted.
+func (w *waiter) setBlockers(blockers map[string]int64, need int, at int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for key, crev := range blockers {
@@ -167,8 +172,34 @@ func (w *waiter) setBlockers(blockers map[string]int64, need int) bool {
 			delete(blockers, key)
 		}
 	}
-	w.blockers, w.need, w.seen = blockers, need, nil
+	w.blockers, w.need, w.seen, w.readAt = blockers, need, nil, at
 	return len(blockers) < need
+}
+
+// target returns what the waiter watches while it waits: the last record
+// that blocks it (the one created last), or for a semaphore its whole
+// directory, and the revision of the read it learnt that from.
+func (w *waiter) target() (key string, prefix bool, at int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kind.limit > 0 {
+		return w.dir, true, w.readAt
+	}
+	var last int64
+	for k, r := range w.blockers {
+		if r > last {
+			key, last = k, r
+		}
+	}
+	return key, false, w.readAt
+}
+
+// blocking reports whether key still blocks the waiter, as far as it knows.
+func (w *waiter) blocking(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.blockers[key]
+	return ok
 }
 
 // admitted reports whether fewer than need records block the waiter.

@@ -11,76 +11,125 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// maxDirWatches is how many lock directories a Client watches one by one.
-// A Client with records in more directories than that watches its whole
-// prefix instead, for the rest of its life: it is the fleet itself then,
-// and one watch costs less than thousands.
-const maxDirWatches = 512
+// maxWatches is how many watches a Client keeps one by one. A Client that
+// would need more watches its whole prefix instead, for the rest of its
+// life: it is the fleet itself then, and one watch costs less than
+// thousands.
+const maxWatches = 512
 
-// dirWatch is a Client's watch of one lock directory (<prefix><name>/), or
-// of its whole prefix in prefix mode. A directory is watched while the
-// Client holds, waits for or cleans up a record in it, and for about a TTL
-// after that, so that a lock taken again and again keeps its watch.
-type dirWatch struct {
+// keyWatch is one of a Client's watches: of one record key (its own, or
+// the record a waiter queues behind), of a semaphore's directory, or of
+// the whole prefix in prefix mode.
+//
+// A Client watches its own record keys while it holds, waits for or
+// cleans up a record there, and for about a TTL after that, so that a lock
+// taken again and again (which reuses its key, see claimSlot) keeps its
+// watch. A watch of someone else's record, or of a directory, is kept only
+// while a waiter needs it (refs).
+type keyWatch struct {
 	key     string
+	prefix  bool // every key under key
 	cancel  context.CancelFunc
 	created chan struct{} // closed once etcd confirmed the watch
 	start   int64         // the watch delivers every event after this revision; set before created closes
+	refs    int           // waiters that wait behind key (or in the directory key)
+	own     bool          // key is one of the Client's record keys
 	idle    time.Time     // when the sweep first found it unused; zero while used
 }
 
-// watchLocked returns the watch that covers dir, starting one if needed,
+// covers reports whether the watch delivers the events of key.
+func (kw *keyWatch) covers(key string) bool {
+	if kw.prefix {
+		return strings.HasPrefix(key, kw.key)
+	}
+	return key == kw.key
+}
+
+// watchOwnLocked returns the watch that covers key, one of the Client's
+// own record keys, starting one if needed. c.mu is held.
+func (c *Client) watchOwnLocked(key string) *keyWatch {
+	kw := c.watchLocked(key, false)
+	kw.own = true
+	return kw
+}
+
+// holdWatchLocked returns the watch that covers key (every key under it if
+// prefix) for a waiter, and counts the waiter among its users; dropWatchLocked
+// undoes that. c.mu is held.
+func (c *Client) holdWatchLocked(key string, prefix bool) *keyWatch {
+	kw := c.watchLocked(key, prefix)
+	kw.refs++
+	return kw
+}
+
+// dropWatchLocked ends a waiter's use of kw, and stops kw if nothing else
+// uses it and it is not one of the Client's own keys (those linger, see
+// sweepLocked). c.mu is held.
+func (c *Client) dropWatchLocked(kw *keyWatch) {
+	if kw == nil {
+		return
+	}
+	kw.refs--
+	if kw.refs <= 0 && !kw.own && c.watches[kw.key] == kw && !c.prefixMode {
+		kw.cancel()
+		delete(c.watches, kw.key)
+	}
+}
+
+// watchLocked returns the watch that covers key, starting one if needed,
 // and marks it used. c.mu is held.
-func (c *Client) watchLocked(dir string) *dirWatch {
+func (c *Client) watchLocked(key string, prefix bool) *keyWatch {
 	if c.prefixMode {
 		return c.watches[c.cfg.prefix]
 	}
-	if dw := c.watches[dir]; dw != nil {
-		dw.idle = time.Time{}
-		return dw
+	if kw := c.watches[key]; kw != nil {
+		kw.idle = time.Time{}
+		return kw
 	}
-	if len(c.watches) >= maxDirWatches {
+	if len(c.watches) >= maxWatches {
 		c.sweepLocked(true)
 	}
-	if len(c.watches) >= maxDirWatches {
+	if len(c.watches) >= maxWatches {
 		return c.enterPrefixModeLocked()
 	}
-	return c.startWatchLocked(dir)
+	return c.startWatchLocked(key, prefix)
 }
 
-// startWatchLocked starts watching key (a directory or the prefix) from
-// the current revision: a watch that starts at a revision not yet in the
-// past is "synced" in etcd, so events arrive in about a millisecond. c.mu
-// is held.
-func (c *Client) startWatchLocked(key string) *dirWatch {
+// startWatchLocked starts watching key from the current revision: a watch
+// that starts at a revision not yet in the past is "synced" in etcd, so
+// events arrive in about a millisecond (one that starts in the past waits
+// for etcd's sweep of unsynced watchers, every 100 ms). Whoever needs
+// events from an earlier revision compares it with the watch's start once
+// created closes, and reads what it may have missed. c.mu is held.
+func (c *Client) startWatchLocked(key string, prefix bool) *keyWatch {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(c.ctx))
-	dw := &dirWatch{key: key, cancel: cancel, created: make(chan struct{})}
-	c.watches[key] = dw
+	kw := &keyWatch{key: key, prefix: prefix, cancel: cancel, created: make(chan struct{})}
+	c.watches[key] = kw
 	c.wg.Add(1)
-	go c.runWatch(ctx, dw)
-	return dw
+	go c.runWatch(ctx, kw)
+	return kw
 }
 
-// enterPrefixModeLocked replaces the directory watches with one watch of
+// enterPrefixModeLocked replaces the Client's watches with one watch of
 // the whole prefix. Once that watch is confirmed, a read of every record
-// under the prefix catches up with whatever the directory watches had not
+// under the prefix catches up with whatever the other watches had not
 // delivered yet, and they are stopped. c.mu is held.
-func (c *Client) enterPrefixModeLocked() *dirWatch {
+func (c *Client) enterPrefixModeLocked() *keyWatch {
 	c.prefixMode = true
 	old := c.watches
-	c.watches = map[string]*dirWatch{}
-	dw := c.startWatchLocked(c.cfg.prefix)
-	c.log.Info("lease client watches its whole prefix", slog.Int("lock_dirs", len(old)))
+	c.watches = map[string]*keyWatch{}
+	kw := c.startWatchLocked(c.cfg.prefix, true)
+	c.log.Info("lease client watches its whole prefix", slog.Int("watches", len(old)))
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		select {
-		case <-dw.created:
+		case <-kw.created:
 		case <-c.ctx.Done():
 			return
 		}
 		for {
-			if _, ok := c.resync(c.cfg.prefix); ok || c.ctx.Err() != nil {
+			if _, ok := c.resync(kw); ok || c.ctx.Err() != nil {
 				break
 			}
 			select {
@@ -93,67 +142,63 @@ func (c *Client) enterPrefixModeLocked() *dirWatch {
 			w.cancel()
 		}
 	}()
-	return dw
+	return kw
 }
 
-// sweepLocked stops the directory watches that nothing has used for a TTL
-// (or at once, when full). It runs after every session renewal. c.mu is
-// held.
+// sweepLocked stops the watches of the Client's own keys that nothing has
+// used for a TTL (or at once, when full). It runs after every session
+// renewal. c.mu is held.
 func (c *Client) sweepLocked(full bool) {
 	if c.prefixMode {
 		return
 	}
-	used := make(map[string]bool, len(c.held)+len(c.waiters)+len(c.orphans))
-	for k := range c.held {
-		used[dirOf(k)] = true
-	}
-	for k := range c.waiters {
-		used[dirOf(k)] = true
-	}
-	for k := range c.orphans {
-		used[dirOf(k)] = true
-	}
 	now := time.Now()
-	for dir, dw := range c.watches {
+	for key, kw := range c.watches {
+		_, held := c.held[key]
+		_, waiting := c.waiters[key]
+		_, orphan := c.orphans[key]
 		switch {
-		case used[dir]:
-			dw.idle = time.Time{}
-		case dw.idle.IsZero() && !full:
-			dw.idle = now
-		case full || now.Sub(dw.idle) >= c.cfg.ttl:
-			dw.cancel()
-			delete(c.watches, dir)
+		case kw.refs > 0 || held || waiting || orphan:
+			kw.idle = time.Time{}
+		case kw.idle.IsZero() && !full && kw.own:
+			kw.idle = now
+		case full || !kw.own || now.Sub(kw.idle) >= c.cfg.ttl:
+			kw.cancel()
+			delete(c.watches, key)
 		}
 	}
 }
 
-// runWatch follows every change under dw.key until dw is cancelled or the
+// runWatch follows every change of kw's keys until kw is cancelled or the
 // Client closes: it ends leases whose records were deleted or overwritten,
 // wakes waiters whose predecessor left, and deletes late orphans.
-func (c *Client) runWatch(ctx context.Context, dw *dirWatch) {
+func (c *Client) runWatch(ctx context.Context, kw *keyWatch) {
 	defer c.wg.Done()
 	var rev int64 // next revision to watch from; 0 until the first watch is confirmed
 	defer func() {
 		if rev == 0 {
 			// Stopped before etcd confirmed it: whoever waits for it must
-			// read again (see catchUp).
-			dw.start = math.MaxInt64
-			close(dw.created)
+			// read again.
+			kw.start = math.MaxInt64
+			close(kw.created)
 		}
 	}()
 	backoff := 20 * time.Millisecond
 	for ctx.Err() == nil {
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+		opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+		if kw.prefix {
+			opts = append(opts, clientv3.WithPrefix())
+		}
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		resync := false
-		for resp := range c.etcd.Watch(wctx, dw.key, opts...) {
+		for resp := range c.etcd.Watch(wctx, kw.key, opts...) {
 			if resp.Created && rev == 0 {
 				rev = resp.Header.Revision + 1
-				dw.start = resp.Header.Revision
-				close(dw.created)
+				kw.start = resp.Header.Revision
+				close(kw.created)
 				continue
 			}
 			if resp.CompactRevision != 0 {
@@ -178,7 +223,7 @@ func (c *Client) runWatch(ctx context.Context, dw *dirWatch) {
 			return
 		}
 		if resync {
-			if r, ok := c.resync(dw.key); ok {
+			if r, ok := c.resync(kw); ok {
 				rev = r
 			}
 		}
@@ -190,15 +235,19 @@ func (c *Client) runWatch(ctx context.Context, dw *dirWatch) {
 	}
 }
 
-// resync runs after the events of a watch of key were compacted away. It
-// reads every record under key and applies to held leases and waiters
-// there everything the missed events could have told: a record gone,
-// recreated or overwritten. Then it wakes those waiters to re-read their
-// queues. It returns the revision to watch from.
-func (c *Client) resync(key string) (int64, bool) {
+// resync runs after the events of kw were compacted away. It reads every
+// record kw covers and applies to held leases and waiters everything the
+// missed events could have told: a record gone, recreated or overwritten.
+// Then it wakes those waiters to look again. It returns the revision to
+// watch from.
+func (c *Client) resync(kw *keyWatch) (int64, bool) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ttl)
 	defer cancel()
-	resp, err := c.etcd.Get(ctx, key, clientv3.WithPrefix())
+	var opts []clientv3.OpOption
+	if kw.prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	resp, err := c.etcd.Get(ctx, kw.key, opts...)
 	if err != nil {
 		return 0, false
 	}
@@ -214,7 +263,7 @@ func (c *Client) resync(key string) (int64, bool) {
 	}
 	at := resp.Header.Revision
 	for k, l := range c.held {
-		if !strings.HasPrefix(k, key) || l.rev > at {
+		if !kw.covers(k) || l.rev > at {
 			continue // created after the read: the watch covers it
 		}
 		kv := present[k]
@@ -229,10 +278,8 @@ func (c *Client) resync(key string) (int64, bool) {
 			ends = append(ends, func() { l.end(l.lostError(ErrKeyOverwritten)) })
 		}
 	}
-	for k, w := range c.waiters {
-		if strings.HasPrefix(k, key) {
-			w.resync(present, at)
-		}
+	for _, w := range c.waiters {
+		w.resync(kw.covers, present, at)
 	}
 	c.mu.Unlock()
 	for _, end := range ends {

@@ -22,8 +22,9 @@ func watchers(t *testing.T) float64 {
 	return promtest.Values(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_watcher_total")[""]
 }
 
-// A Client watches the lock directories it has records in, and stops
-// watching them about a TTL after it has none there.
+// A Client watches the record keys it holds or waits with, and the one
+// record each waiter waits behind, and stops watching its own keys about a
+// TTL after it has no record there.
 func TestWatchesFollowTheClientsLocks(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
@@ -42,10 +43,10 @@ func TestWatchesFollowTheClientsLocks(t *testing.T) {
 	b, err := c.Acquire(ctx, "w2")
 	require.NoError(t, err)
 	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = c.Acquire(actx, "w1") // waits in the same directory: no new watch
+	_, err = c.Acquire(actx, "w1") // waits behind its own record: one new watch, of its own key
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, base+5+2, watchers(t), "one watch per directory this client has records in")
+	assert.Equal(t, base+5+3, watchers(t), "one watch per record key this client has")
 
 	require.NoError(t, a.Release(ctx))
 	require.NoError(t, b.Release(ctx))
@@ -174,4 +175,95 @@ func TestHandoffToAFreshClientIsPrompt(t *testing.T) {
 	slices.Sort(took)
 	assert.Less(t, took[len(took)/2], 80*time.Millisecond, "median handoff of %v", took)
 	_ = clientv3.WithPrefix
+}
+
+// events is the number of watch events the embedded etcd servers of this
+// process have sent.
+func events(t *testing.T) float64 {
+	return promtest.Values(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_events_total")[""]
+}
+
+// A release wakes the waiter behind it, not the whole queue: each waiter
+// watches only the record it waits behind, so the events etcd sends for
+// one handoff do not grow with the queue.
+func TestReleaseWakesOnlyTheNextWaiter(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := newClient(t, cli).Acquire(ctx, "line")
+	require.NoError(t, err)
+	const n = 8
+	got := make(chan *lease.Lease, n)
+	for i := range n {
+		c := newClient(t, etcdtest.Client(t, cl))
+		go func() {
+			l, err := c.Acquire(ctx, "line")
+			if err != nil {
+				t.Error(err)
+				close(got)
+				return
+			}
+			got <- l
+		}()
+		waitRecords(t, cli, "line", i+2)
+	}
+	time.Sleep(100 * time.Millisecond) // every waiter's watch confirmed
+	before := events(t)
+	require.NoError(t, h.Release(ctx))
+	first := <-got
+	require.NotNil(t, first)
+	sent := events(t) - before
+	// The holder's own watch and its successor's each get the delete.
+	assert.GreaterOrEqual(t, sent, 2.0, "the events metric counts")
+	assert.LessOrEqual(t, sent, 3.0, "events sent for one handoff with %d waiters", n)
+	l := first
+	for range n - 1 {
+		require.NoError(t, l.Release(ctx))
+		l = <-got
+		require.NotNil(t, l)
+	}
+	require.NoError(t, l.Release(ctx))
+}
+
+// A waiter whose predecessor gives up reads the queue again, waits behind
+// the record before that, and is admitted when that one is released.
+func TestWaiterBehindACancelledWaiter(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := newClient(t, cli).Acquire(ctx, "gap")
+	require.NoError(t, err)
+	actx, cancelA := context.WithCancel(ctx)
+	aErr := make(chan error, 1)
+	go func() {
+		_, err := newClient(t, etcdtest.Client(t, cl)).Acquire(actx, "gap")
+		aErr <- err
+	}()
+	waitRecords(t, cli, "gap", 2)
+	got := make(chan error, 1)
+	b := newClient(t, etcdtest.Client(t, cl))
+	go func() {
+		l, err := b.Acquire(ctx, "gap")
+		if err == nil {
+			assert.Less(t, h.Fence().Revision, l.Fence().Revision)
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitRecords(t, cli, "gap", 3)
+	cancelA()
+	require.ErrorIs(t, <-aErr, context.Canceled)
+	waitRecords(t, cli, "gap", 2)
+	select {
+	case err := <-got:
+		t.Fatalf("admitted while the lock is held: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, h.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not admitted after the holder released")
+	}
 }
