@@ -64,21 +64,34 @@
 //
 // # What a Client costs etcd
 //
-// A Client watches only the lock directories (<prefix><name>/) it holds,
-// waits for or cleans up a record in, plus those it used in the last TTL,
-// so that a lock taken again and again keeps its watch. All its watches
-// share one gRPC stream, and each starts at the current revision, so etcd
-// keeps it in its "synced" set and delivers events within a millisecond.
-// With D such directories, a Client costs etcd:
+// A Client watches only keys of its own locks, never a whole lock's queue:
+// its own record keys, while it holds, waits with or cleans up a record
+// there and for a TTL after that (an acquisition reuses its Client's key
+// for that lock, so a lock taken again and again keeps its watch); and,
+// for each acquisition that waits, the one record it waits behind (the
+// last one ahead of it that blocks it), or for a semaphore the lock's
+// directory. A release thus wakes the one waiter behind it, whatever the
+// length of the queue. All of a Client's watches share one gRPC stream,
+// and each starts at the current revision, so etcd keeps it in its
+// "synced" set and delivers events within a millisecond. With K own record
+// keys in use, W waiting acquisitions and S of them semaphore waiters, a
+// Client costs etcd:
 //
-//   - watchers: min(D, 512), or 1 once D has exceeded 512;
-//   - events per second: the record changes per second in those D
-//     directories, plus one keep-alive per session every TTL/3.
+//   - watchers: min(K + W, 512), or 1 once it would have needed more
+//     (S semaphore waiters of one lock share one directory watch);
+//   - events per second: the changes of its own records (two per
+//     acquire and release, one per Reenter, nested Release or Proclaim),
+//     plus one delete per record a waiter waits behind (and, when that
+//     record's owner gave up rather than released, one read of the queue
+//     ahead of it), plus every change in the directories of the
+//     semaphores it waits for, plus one keep-alive per session every
+//     TTL/3.
 //
-// (events of other Clients' locks never reach it). Past 512 directories a
-// Client watches its whole prefix instead, for the rest of its life, and
-// then receives every change under the prefix: give such a Client a
-// prefix of its own if other Clients share it.
+// Changes of other Clients' locks never reach it, nor do changes of its
+// own locks' queues other than those above. Past 512 watches a Client
+// watches its whole prefix instead, for the rest of its life, and then
+// receives every change under the prefix: give such a Client a prefix of
+// its own if other Clients share it.
 //
 // Release and Reenter are each one transaction that compares the record's
 // creation revision, owner token, hold count and mod revision as last
