@@ -267,3 +267,37 @@ func TestWaiterBehindACancelledWaiter(t *testing.T) {
 		t.Fatal("the waiter was not admitted after the holder released")
 	}
 }
+
+// A waiter cut off while the record it waits behind is released, and whose
+// watch finds those events compacted away when it reconnects, reads what
+// it missed and is admitted.
+func TestWaiterAdmittedAcrossCompaction(t *testing.T) {
+	px := newProxied(t)
+	ctx := ctxT(t, 30*time.Second)
+	h, err := newClient(t, px.direct).Acquire(ctx, "wc")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := px.c.Acquire(ctx, "wc")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitRecords(t, px.direct, "wc", 2)
+	time.Sleep(100 * time.Millisecond) // the waiter's watch is confirmed
+	px.p.Blackhole()
+	require.NoError(t, h.Release(ctx))
+	resp, err := px.direct.Put(ctx, "unrelated", "x")
+	require.NoError(t, err)
+	_, err = px.direct.Compact(ctx, resp.Header.Revision)
+	require.NoError(t, err)
+	px.p.Resume()
+	px.p.ResetConns()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was never admitted")
+	}
+}
