@@ -72,13 +72,6 @@ type Leader struct {
 // IsZero reports whether l is the zero Leader: no leader.
 func (l Leader) IsZero() bool { return l.Term.Revision == 0 }
 
-// Term is one leadership of an Election: a fenced Lease with a public
-// value. It is safe for concurrent use.
-type Term struct {
-	l     *Lease
-	since time.Time
-}
-
 // Campaign blocks until this candidate leads the election, publishing
 // value (at most MaxValueLen bytes of UTF-8) for Leader and Observe, and
 // returns its term. ctx bounds only the wait; on error nothing is left
@@ -273,80 +266,3 @@ func decodePayload(p string) (since time.Time, value string) {
 	}
 	return since, value
 }
-
-// Fence returns the term's fencing token.
-func (t *Term) Fence() fence.Token { return t.l.Fence() }
-
-// Since returns when the term began.
-func (t *Term) Since() time.Time { return t.since }
-
-// Value returns the value the term publishes.
-func (t *Term) Value() string {
-	t.l.opMu.Lock()
-	defer t.l.opMu.Unlock()
-	_, v := decodePayload(t.l.payload)
-	return v
-}
-
-// Proclaim publishes a new value for the rest of the term, in one
-// transaction that compares the term's owner token. Errors are as for
-// Lease.Release; after ErrOutcomeUnknown, call Proclaim again.
-func (t *Term) Proclaim(ctx context.Context, value string) error {
-	if t == nil {
-		return errNilLease
-	}
-	if err := validValue(value); err != nil {
-		return err
-	}
-	return t.l.traced(ctx, opProclaim, func(ctx context.Context) error {
-		return t.l.change(ctx, opProclaim, encodePayload(t.since, value))
-	})
-}
-
-// Resign ends the term: the next candidate leads. Results are as for
-// Lease.Release.
-func (t *Term) Resign(ctx context.Context) error {
-	if t == nil {
-		return errNilLease
-	}
-	return t.l.Release(ctx)
-}
-
-// Renew confirms the term and extends its session, as Lease.Renew.
-func (t *Term) Renew(ctx context.Context) error {
-	if t == nil {
-		return errNilLease
-	}
-	return t.l.Renew(ctx)
-}
-
-// Done returns a channel closed when the term ends: resigned, lost, or its
-// Client closed.
-func (t *Term) Done() <-chan struct{} { return t.l.Done() }
-
-// Err returns nil while the term lasts, then ErrReleased (resigned),
-// ErrClosed or a *LostError.
-func (t *Term) Err() error {
-	if t == nil {
-		return errNilLease
-	}
-	return t.l.Err()
-}
-
-// Context returns a copy of parent that carries the term's fencing token
-// (see fence.FromContext) and is cancelled, with Err as its cause, when
-// the term ends.
-func (t *Term) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	return t.l.bind(fence.NewContext(parent, t.l.Fence()))
-}
-
-// String describes the term without revealing its owner token.
-func (t *Term) String() string {
-	if t == nil {
-		return "term(nil)"
-	}
-	return fmt.Sprintf("term(%q fence=%d owner=%s)", t.l.name, t.l.rev, t.l.owner.Digest())
-}
-
-// GoString is String, so that %#v does not print the owner token.
-func (t *Term) GoString() string { return t.String() }

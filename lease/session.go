@@ -130,31 +130,6 @@ func (c *Client) revoke(s *session) error {
 	return nil
 }
 
-// claimSlot returns the record key for a new acquisition of the lock whose
-// records live under dir: <dir><session id>-<slot><suffix>, with the lowest slot
-// this session is not using. Reusing keys, rather than writing a new one per
-// acquisition, keeps etcd's key index for the lock from growing with every
-// acquisition until the next compaction (each read of the queue would scan
-// it). A key is freed only once its record is known to be gone for good.
-func (c *Client) claimSlot(s *session, dir, suffix string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := 0; ; i++ {
-		key := fmt.Sprintf("%s%016x-%x%s", dir, int64(s.id), i, suffix)
-		if _, used := s.slots[key]; !used {
-			s.slots[key] = struct{}{}
-			return key
-		}
-	}
-}
-
-// freeSlot lets a later acquisition reuse key: its record is gone.
-func (c *Client) freeSlot(s *session, key string) {
-	c.mu.Lock()
-	delete(s.slots, key)
-	c.mu.Unlock()
-}
-
 // retireIfIdleLocked ends and revokes s, in the background, if it is
 // tainted and nothing held or waiting uses it. c.mu is held.
 func (c *Client) retireIfIdleLocked(s *session) {
@@ -335,39 +310,4 @@ func (c *Client) endSession(s *session, cause error) bool {
 			slog.String("cause", cause.Error()), slog.Int("leases_lost", len(lost)))
 	}
 	return true
-}
-
-// recordDeletedLocked handles the deletion of a held lease's record by someone
-// other than its holder: it asks etcd whether the session is gone, so that
-// a revoked or expired session is reported as ErrSessionExpired (its
-// records go first, the session's end is seen later) and a deleted record
-// as ErrKeyDeleted. l is no longer in c.held. c.mu is held, and the
-// Client is not closed.
-func (c *Client) recordDeletedLocked(l *Lease) {
-	s := l.sess
-	s.deleted = append(s.deleted, l)
-	if s.checking {
-		return
-	}
-	s.checking = true
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, min(s.ttl/4, time.Second))
-		resp, err := c.etcd.TimeToLive(ctx, s.id)
-		cancel()
-		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
-		c.mu.Lock()
-		ls := s.deleted
-		s.deleted, s.checking = nil, false
-		c.mu.Unlock()
-		cause := ErrKeyDeleted
-		if gone {
-			cause = ErrSessionExpired
-			c.endSession(s, ErrSessionExpired)
-		}
-		for _, l := range ls {
-			l.end(l.lostError(cause))
-		}
-	}()
 }

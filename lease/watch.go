@@ -330,22 +330,3 @@ func (c *Client) dispatch(ev *clientv3.Event) {
 		end()
 	}
 }
-
-// recordGoneLocked handles a held lease whose record is gone, and returns
-// what to run once c.mu is released (or nil). A delete while its last-hold
-// Release is in flight is left to that Release to judge; a delete after it
-// returned with an unknown outcome is that Release taking effect; any
-// other delete is a loss. c.mu is held.
-func (c *Client) recordGoneLocked(l *Lease) func() {
-	switch l.releasing {
-	case relInFlight:
-		l.sawDelete = true
-		return nil
-	case relPending:
-		c.finishLocked(l, true)
-		return func() { l.end(ErrReleased) }
-	}
-	c.finishLocked(l, true)
-	c.recordDeletedLocked(l)
-	return nil
-}

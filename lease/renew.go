@@ -1,0 +1,66 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// Renew confirms the lease and extends it: one read checks that the record
+// still has this acquisition's creation revision and owner token (it writes
+// nothing, so a stale Renew can neither extend a newer holder nor
+// re-create a missing record), then one keep-alive of the lease's session
+// extends the validity of every lease on it from the moment it was sent.
+//
+// The Client renews its sessions in the background, so Renew is needed only
+// to confirm ownership before a step that matters. Renew neither resolves
+// nor forgets a Release or Reenter whose outcome is unknown: retry that
+// call. Errors are as for Release; when the lease has already ended
+// locally (Done is closed) Renew returns Err() even if the record is still
+// there, because the Client gives such records up.
+func (l *Lease) Renew(ctx context.Context) error {
+	return l.traced(ctx, opRenew, l.renew)
+}
+
+func (l *Lease) renew(ctx context.Context) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
+	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+		l.logResult(opRenew, "denied", err)
+		return opErr("renew", l.name, err)
+	}
+	if err != nil {
+		l.logResult(opRenew, "unknown", err)
+		return opErr("renew", l.name, unknown(ctx, err))
+	}
+	st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	if st.err != nil {
+		if l.lastRelease() {
+			l.released() // the pending Release took effect; its retry returns nil
+			return ErrReleased
+		}
+		l.lose(st.err)
+		l.logResult(opRenew, outcome(st.err), st.err)
+		return opErr("renew", l.name, st.err)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	ka, err := l.c.etcd.KeepAliveOnce(ctx, l.sess.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		l.c.endSession(l.sess, ErrSessionExpired)
+		return l.Err()
+	case err != nil:
+		l.logResult(opRenew, "unknown", err)
+		return opErr("renew", l.name, fmt.Errorf("keep-alive: %w", unknown(ctx, err)))
+	}
+	l.c.extend(l.sess, sent.Add(time.Duration(ka.TTL)*time.Second-l.sess.margin))
+	l.logResult(opRenew, "done", nil)
+	return nil
+}
