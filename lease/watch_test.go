@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/promtest"
 	"github.com/fencekit/fencekit/lease"
@@ -183,89 +184,106 @@ func events(t *testing.T) float64 {
 	return promtest.Values(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_events_total")[""]
 }
 
+// onMembers runs test on a 1- and a 3-member cluster; member(i) is the
+// client URL of the i-th member, round robin, so that a queue's clients
+// are spread over the members.
+func onMembers(t *testing.T, test func(t *testing.T, cl *embedetcd.Cluster, member func(int) string)) {
+	for _, members := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d members", members), func(t *testing.T) {
+			cl := etcdtest.StartCluster(t, members)
+			test(t, cl, func(i int) string { return cl.Members[i%members].ClientURL })
+		})
+	}
+}
+
 // A release wakes the waiter behind it, not the whole queue: each waiter
 // watches only the record it waits behind, so the events etcd sends for
 // one handoff do not grow with the queue.
 func TestReleaseWakesOnlyTheNextWaiter(t *testing.T) {
-	cl := etcdtest.Start(t)
-	cli := etcdtest.Client(t, cl)
-	ctx := ctxT(t, 30*time.Second)
-	h, err := newClient(t, cli).Acquire(ctx, "line")
-	require.NoError(t, err)
-	const n = 8
-	got := make(chan *lease.Lease, n)
-	for i := range n {
-		c := newClient(t, etcdtest.Client(t, cl))
-		go func() {
-			l, err := c.Acquire(ctx, "line")
-			if err != nil {
-				t.Error(err)
-				close(got)
-				return
-			}
-			got <- l
-		}()
-		waitRecords(t, cli, "line", i+2)
-	}
-	time.Sleep(100 * time.Millisecond) // every waiter's watch confirmed
-	before := events(t)
-	require.NoError(t, h.Release(ctx))
-	first := <-got
-	require.NotNil(t, first)
-	sent := events(t) - before
-	// The holder's own watch and its successor's each get the delete.
-	assert.GreaterOrEqual(t, sent, 2.0, "the events metric counts")
-	assert.LessOrEqual(t, sent, 3.0, "events sent for one handoff with %d waiters", n)
-	l := first
-	for range n - 1 {
+	onMembers(t, func(t *testing.T, cl *embedetcd.Cluster, member func(int) string) {
+		cli := etcdtest.Client(t, cl)
+		ctx := ctxT(t, 30*time.Second)
+		h, err := newClient(t, etcdtest.Client(t, cl, member(0))).Acquire(ctx, "line")
+		require.NoError(t, err)
+		const n = 8
+		got := make(chan *lease.Lease, n)
+		for i := range n {
+			c := newClient(t, etcdtest.Client(t, cl, member(i+1)))
+			go func() {
+				l, err := c.Acquire(ctx, "line")
+				if err != nil {
+					t.Error(err)
+					close(got)
+					return
+				}
+				got <- l
+			}()
+			waitRecords(t, cli, "line", i+2)
+		}
+		time.Sleep(100 * time.Millisecond) // every waiter's watch confirmed
+		before := events(t)
+		require.NoError(t, h.Release(ctx))
+		first := <-got
+		require.NotNil(t, first)
+		sent := events(t) - before
+		// The holder's own watch and its successor's each get the delete.
+		assert.GreaterOrEqual(t, sent, 2.0, "the events metric counts")
+		assert.LessOrEqual(t, sent, 3.0, "events sent for one handoff with %d waiters", n)
+		l := first
+		for range n - 1 {
+			require.NoError(t, l.Release(ctx))
+			next := <-got
+			require.NotNil(t, next)
+			assert.Less(t, l.Fence().Revision, next.Fence().Revision, "first come, first served")
+			l = next
+		}
 		require.NoError(t, l.Release(ctx))
-		l = <-got
-		require.NotNil(t, l)
-	}
-	require.NoError(t, l.Release(ctx))
+	})
 }
 
 // A waiter whose predecessor gives up reads the queue again, waits behind
 // the record before that, and is admitted when that one is released.
 func TestWaiterBehindACancelledWaiter(t *testing.T) {
-	cl := etcdtest.Start(t)
-	cli := etcdtest.Client(t, cl)
-	ctx := ctxT(t, 30*time.Second)
-	h, err := newClient(t, cli).Acquire(ctx, "gap")
-	require.NoError(t, err)
-	actx, cancelA := context.WithCancel(ctx)
-	aErr := make(chan error, 1)
-	go func() {
-		_, err := newClient(t, etcdtest.Client(t, cl)).Acquire(actx, "gap")
-		aErr <- err
-	}()
-	waitRecords(t, cli, "gap", 2)
-	got := make(chan error, 1)
-	b := newClient(t, etcdtest.Client(t, cl))
-	go func() {
-		l, err := b.Acquire(ctx, "gap")
-		if err == nil {
-			assert.Less(t, h.Fence().Revision, l.Fence().Revision)
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	waitRecords(t, cli, "gap", 3)
-	cancelA()
-	require.ErrorIs(t, <-aErr, context.Canceled)
-	waitRecords(t, cli, "gap", 2)
-	select {
-	case err := <-got:
-		t.Fatalf("admitted while the lock is held: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	require.NoError(t, h.Release(ctx))
-	select {
-	case err := <-got:
+	onMembers(t, func(t *testing.T, cl *embedetcd.Cluster, member func(int) string) {
+		cli := etcdtest.Client(t, cl)
+		ctx := ctxT(t, 30*time.Second)
+		h, err := newClient(t, etcdtest.Client(t, cl, member(0))).Acquire(ctx, "gap")
 		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not admitted after the holder released")
-	}
+		actx, cancelA := context.WithCancel(ctx)
+		aErr := make(chan error, 1)
+		a := newClient(t, etcdtest.Client(t, cl, member(1)))
+		go func() {
+			_, err := a.Acquire(actx, "gap")
+			aErr <- err
+		}()
+		waitRecords(t, cli, "gap", 2)
+		got := make(chan error, 1)
+		b := newClient(t, etcdtest.Client(t, cl, member(2)))
+		go func() {
+			l, err := b.Acquire(ctx, "gap")
+			if err == nil {
+				assert.Less(t, h.Fence().Revision, l.Fence().Revision)
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		waitRecords(t, cli, "gap", 3)
+		cancelA()
+		require.ErrorIs(t, <-aErr, context.Canceled)
+		waitRecords(t, cli, "gap", 2)
+		select {
+		case err := <-got:
+			t.Fatalf("admitted while the lock is held: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		require.NoError(t, h.Release(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter was not admitted after the holder released")
+		}
+	})
 }
 
 // A waiter cut off while the record it waits behind is released, and whose
