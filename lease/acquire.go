@@ -120,11 +120,11 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	// request cut off by a partition must not outlive the session.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.ended, func() { cancel(s.cause(c)) })
+	stop := context.AfterFunc(s.ended, func() { cancel(s.cause()) })
 	defer stop()
 	tok := c.src.New()
 	dir := c.cfg.prefix + req.name + "/"
-	key := c.claimSlot(s, dir, req.kind.suffix())
+	key := s.claimSlot(dir, req.kind.suffix())
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 		wakec: make(chan struct{}, 1), failc: make(chan struct{}), queued: time.Now()}
@@ -144,7 +144,7 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 		case errors.Is(err, errSlotTaken):
 			// Keep the key claimed: it is not ours to reuse.
 		case !written && !w.uncertain:
-			c.freeSlot(s, key) // nothing was written
+			s.freeSlot(key) // nothing was written
 		default:
 			c.abandon(s, key, val, w.uncertain)
 		}
@@ -160,7 +160,7 @@ func (c *Client) addWaiter(w *waiter) error {
 	if c.closed {
 		return ErrClosed
 	}
-	if w.sess.err != nil {
+	if w.sess.failure() != nil {
 		return errRetired // ended since this acquisition picked it: try another
 	}
 	w.reading()
@@ -235,22 +235,12 @@ func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) erro
 	case <-w.failc:
 		return w.failure()
 	case <-w.sess.done:
-		return w.sess.cause(c)
+		return w.sess.cause()
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-c.ctx.Done():
 		return ErrClosed
 	}
-}
-
-// cause is the error of an acquisition whose session ended.
-func (s *session) cause(c *Client) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if errors.Is(s.err, ErrClosed) {
-		return s.err
-	}
-	return fmt.Errorf("session ended while waiting: %w", s.err)
 }
 
 // promote turns the waiter into a held lease, unless its record or session
@@ -263,11 +253,11 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 	if err := w.failure(); err != nil {
 		return nil, err
 	}
-	if w.sess.err != nil {
-		if errors.Is(w.sess.err, ErrClosed) {
-			return nil, w.sess.err
+	if err := w.sess.failure(); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil, err
 		}
-		return nil, fmt.Errorf("session ended while acquiring: %w", w.sess.err)
+		return nil, fmt.Errorf("session ended while acquiring: %w", err)
 	}
 	l := &Lease{
 		c:         c,

@@ -64,7 +64,7 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 			case <-w.failc:
 				return nil, w.failure()
 			case <-w.sess.done:
-				return nil, w.sess.cause(c)
+				return nil, w.sess.cause()
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
 			case <-c.ctx.Done():

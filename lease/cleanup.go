@@ -31,7 +31,7 @@ type orphan struct {
 func (c *Client) abandon(s *session, key, value string, uncertain bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || s.err != nil {
+	if c.closed || s.failure() != nil {
 		return
 	}
 	o := orphan{value: value, sess: s, uncertain: uncertain}
@@ -49,9 +49,7 @@ const maxUncertain = 32
 // addUncertainLocked counts one more uncertain orphan on s, and taints s
 // when there are too many to keep checking. c.mu is held.
 func (c *Client) addUncertainLocked(s *session) {
-	s.uncertain++
-	if s.uncertain >= maxUncertain {
-		s.tainted = true
+	if s.addUncertain() {
 		c.retireIfIdleLocked(s)
 	}
 }
@@ -61,10 +59,10 @@ func (c *Client) addUncertainLocked(s *session) {
 // which case the key stays an orphan until the session ends. c.mu is held.
 func (c *Client) releaseKeyLocked(l *Lease) {
 	if !l.uncertain {
-		delete(l.sess.slots, l.key)
+		l.sess.freeSlot(l.key)
 		return
 	}
-	if l.sess.err == nil {
+	if l.sess.failure() == nil {
 		c.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
 		c.addUncertainLocked(l.sess)
 	}
@@ -122,7 +120,7 @@ func (c *Client) deleteOrphan(key string, o orphan) {
 	default:
 		delete(c.orphans, key)
 		if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-			delete(cur.sess.slots, key) // gone; otherwise someone else's record holds the key
+			cur.sess.freeSlot(key) // gone; otherwise someone else's record holds the key
 		}
 	}
 }

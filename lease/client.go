@@ -36,8 +36,8 @@ type Client struct {
 
 	sessMu sync.Mutex // serialises session creation
 
-	// mu guards the fields below, every session's mutable fields, the
-	// releasing/sawDelete fields of every Lease, and the orphans.
+	// mu guards the fields below. A session's and a Lease's own locks
+	// may be taken while it is held, never the other way round.
 	mu         sync.Mutex
 	closed     bool
 	watches    map[string]*keyWatch  // watched key (or directory, or the prefix) -> its watch
@@ -202,7 +202,7 @@ func (c *Client) Healthy() error {
 	for s := range c.sessions {
 		// validUntil is the last confirmed renewal's send time plus the
 		// TTL less the margin.
-		since := time.Since(s.validUntil.Add(-(s.ttl - s.margin)))
+		since := time.Since(s.until().Add(-(s.ttl - s.margin)))
 		if since > s.ttl/2 {
 			return fmt.Errorf("lease: unhealthy: no renewal confirmed for %v (the TTL is %v)", since.Round(time.Millisecond), s.ttl)
 		}

@@ -40,10 +40,7 @@ type Lease struct {
 	// deleted (see orphan.uncertain).
 	uncertain bool
 
-	// Guarded by c.mu: whether a delete of the record may be this holder's
-	// own Release, and whether the watch saw one while it was in flight.
-	releasing relState
-	sawDelete bool
+	rel release // whether a delete of the record may be this holder's own Release
 
 	opMu    sync.Mutex    // serialises Renew, Reenter and Release
 	count   int           // hold count last confirmed in etcd; guarded by opMu
@@ -187,24 +184,11 @@ func (c *Client) finishLocked(l *Lease, recordGone bool) {
 	if c.held[l.key] == l {
 		delete(c.held, l.key)
 	}
-	l.releasing = relNone
+	l.rel.clear()
 	if recordGone {
 		c.releaseKeyLocked(l)
 	}
 	c.retireIfIdleLocked(l.sess)
-}
-
-// setReleasing sets l.releasing and reports whether the watch saw the
-// record deleted since the last call.
-func (c *Client) setReleasing(l *Lease, st relState) (sawDelete bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.held[l.key] == l {
-		l.releasing = st
-	}
-	sawDelete = l.sawDelete
-	l.sawDelete = false
-	return sawDelete
 }
 
 type ctxKey struct{ name string }

@@ -3,10 +3,65 @@ package lease
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
+
+// relState says whether a delete of a held lease's record may be its
+// holder's own Release of the last hold.
+type relState uint8
+
+const (
+	relNone     relState = iota
+	relInFlight          // such a Release waits for etcd's reply: the reply decides
+	relPending           // such a Release returned with an unknown outcome: a delete is it
+)
+
+// release is what the watch must know of its holder's own Release of the
+// last hold. It has its own lock; the watch consults it under Client.mu.
+type release struct {
+	mu        sync.Mutex
+	state     relState
+	sawDelete bool // the watch saw the record deleted while a Release was in flight
+}
+
+// set sets the state, and reports (forgetting it) whether the watch saw
+// the record deleted since the last set.
+func (r *release) set(st relState) (sawDelete bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state = st
+	sawDelete, r.sawDelete = r.sawDelete, false
+	return sawDelete
+}
+
+// clear forgets any Release: the lease is no longer held. What the watch
+// saw stays for the Release in flight, if any, to read.
+func (r *release) clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state = relNone
+}
+
+// get returns the state.
+func (r *release) get() relState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// recordGone returns the state when the watch finds the record gone, and
+// notes the delete for a Release in flight, whose reply decides.
+func (r *release) recordGone() relState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == relInFlight {
+		r.sawDelete = true
+	}
+	return r.state
+}
 
 // recordGoneLocked handles a held lease whose record is gone, and returns
 // what to run once c.mu is released (or nil). A delete while its last-hold
@@ -14,9 +69,8 @@ import (
 // returned with an unknown outcome is that Release taking effect; any
 // other delete is a loss. c.mu is held.
 func (c *Client) recordGoneLocked(l *Lease) func() {
-	switch l.releasing {
+	switch l.rel.recordGone() {
 	case relInFlight:
-		l.sawDelete = true
 		return nil
 	case relPending:
 		c.finishLocked(l, true)
@@ -35,11 +89,9 @@ func (c *Client) recordGoneLocked(l *Lease) func() {
 // Client is not closed.
 func (c *Client) recordDeletedLocked(l *Lease) {
 	s := l.sess
-	s.deleted = append(s.deleted, l)
-	if s.checking {
-		return
+	if !s.noteDeleted(l) {
+		return // a check is under way
 	}
-	s.checking = true
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -47,10 +99,7 @@ func (c *Client) recordDeletedLocked(l *Lease) {
 		resp, err := c.etcd.TimeToLive(ctx, s.id)
 		cancel()
 		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
-		c.mu.Lock()
-		ls := s.deleted
-		s.deleted, s.checking = nil, false
-		c.mu.Unlock()
+		ls := s.takeDeleted()
 		cause := ErrKeyDeleted
 		if gone {
 			cause = ErrSessionExpired

@@ -45,16 +45,6 @@ func (k opKind) delta() int {
 	return 0
 }
 
-// relState says whether a delete of a held lease's record may be its
-// holder's own Release of the last hold.
-type relState uint8
-
-const (
-	relNone     relState = iota
-	relInFlight          // such a Release waits for etcd's reply: the reply decides
-	relPending           // such a Release returned with an unknown outcome: a delete is it
-)
-
 // pendingCall is a call whose reply was lost since the record was last
 // confirmed, and what it would have stored. Every such call compared the
 // record's mod revision as last confirmed, so at most one of them applied,
@@ -142,7 +132,7 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 		if last {
 			write = clientv3.OpDelete(l.key)
-			l.c.setReleasing(l, relInFlight)
+			l.rel.set(relInFlight)
 		}
 		resp, err := l.txn(ctx, write)
 		if err != nil {
@@ -218,7 +208,7 @@ func (l *Lease) resolve(st stored) (pendingCall, bool) {
 	return pendingCall{}, false
 }
 
-// settleReleasing sets l.releasing after a call: pending while a Release
+// settleReleasing sets l.rel after a call: pending while a Release
 // of the last hold has an unknown outcome, none otherwise. It reports
 // whether the watch saw the record deleted meanwhile.
 func (l *Lease) settleReleasing() (sawDelete bool) {
@@ -226,7 +216,7 @@ func (l *Lease) settleReleasing() (sawDelete bool) {
 	if l.lastRelease() {
 		st = relPending
 	}
-	return l.c.setReleasing(l, st)
+	return l.rel.set(st)
 }
 
 // reads are the reads that explain a failed compare: the record, and the

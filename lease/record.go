@@ -123,28 +123,3 @@ func decodeRecord(v []byte) (tok string, count int, payload string, ok bool) {
 	}
 	return tok, count, payload, true
 }
-
-// claimSlot returns the record key for a new acquisition of the lock whose
-// records live under dir: <dir><session id>-<slot><suffix>, with the lowest slot
-// this session is not using. Reusing keys, rather than writing a new one per
-// acquisition, keeps etcd's key index for the lock from growing with every
-// acquisition until the next compaction (each read of the queue would scan
-// it). A key is freed only once its record is known to be gone for good.
-func (c *Client) claimSlot(s *session, dir, suffix string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := 0; ; i++ {
-		key := fmt.Sprintf("%s%016x-%x%s", dir, int64(s.id), i, suffix)
-		if _, used := s.slots[key]; !used {
-			s.slots[key] = struct{}{}
-			return key
-		}
-	}
-}
-
-// freeSlot lets a later acquisition reuse key: its record is gone.
-func (c *Client) freeSlot(s *session, key string) {
-	c.mu.Lock()
-	delete(s.slots, key)
-	c.mu.Unlock()
-}

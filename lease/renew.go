@@ -60,7 +60,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		l.logResult(opRenew, "unknown", err)
 		return opErr("renew", l.name, fmt.Errorf("keep-alive: %w", unknown(ctx, err)))
 	}
-	l.c.extend(l.sess, sent.Add(time.Duration(ka.TTL)*time.Second-l.sess.margin))
+	l.sess.extend(sent.Add(time.Duration(ka.TTL)*time.Second - l.sess.margin))
 	l.logResult(opRenew, "done", nil)
 	return nil
 }

@@ -9,40 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// session is one etcd lease of a Client, to which the records of its
-// acquisitions are attached. Its mutable fields are guarded by Client.mu.
-type session struct {
-	id         clientv3.LeaseID
-	ttl        time.Duration
-	margin     time.Duration
-	done       chan struct{}
-	ended      context.Context // cancelled with done, for context.AfterFunc
-	end        context.CancelFunc
-	err        error
-	validUntil time.Time
-	timer      *time.Timer
-	slots      map[string]struct{} // record keys in use (see claimSlot)
-
-	// uncertain counts the orphans of this session whose write may still
-	// be applied later by etcd (its request went out and no reply came
-	// back), so that their record could appear after their acquisition
-	// gave up. The Client deletes such a record whenever its watch sees it
-	// appear, until the session ends. Once there are maxUncertain of them
-	// the session is tainted: new acquisitions use a new session, and this
-	// one is revoked as soon as it holds and waits for nothing. The revoke
-	// deletes any such record, and a write that arrives after it fails
-	// because the lease is gone.
-	uncertain int
-	tainted   bool
-
-	// deleted are held leases whose records the watch saw deleted, while
-	// a goroutine asks etcd whether the session itself is gone.
-	deleted  []*Lease
-	checking bool
-}
 
 // errRetired ends a tainted session that nothing uses any more.
 var errRetired = errors.New("lease: session retired")
@@ -94,7 +61,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	old := c.sess
 	c.sess = s
 	c.sessions[s] = struct{}{}
-	s.timer = time.AfterFunc(time.Until(s.validUntil), func() { c.onDeadline(s) })
+	s.armDeadline(func() { c.onDeadline(s) })
 	c.wg.Add(1)
 	if old != nil {
 		c.retireIfIdleLocked(old)
@@ -113,7 +80,7 @@ func (c *Client) liveSession() (*session, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	if c.sess != nil && c.sess.tainted {
+	if c.sess != nil && c.sess.isTainted() {
 		return nil, nil
 	}
 	return c.sess, nil
@@ -133,7 +100,7 @@ func (c *Client) revoke(s *session) error {
 // retireIfIdleLocked ends and revokes s, in the background, if it is
 // tainted and nothing held or waiting uses it. c.mu is held.
 func (c *Client) retireIfIdleLocked(s *session) {
-	if !s.tainted || s.err != nil || c.closed {
+	if c.closed || !s.retirable() {
 		return
 	}
 	for _, l := range c.held {
@@ -173,9 +140,7 @@ func (c *Client) keepAlive(s *session) {
 		case <-c.ctx.Done():
 			return
 		}
-		c.mu.Lock()
-		until := s.validUntil
-		c.mu.Unlock()
+		until := s.until()
 		sent := time.Now()
 		if floor := sent.Add(interval); until.Before(floor) {
 			until = floor
@@ -205,7 +170,7 @@ func (c *Client) keepAlive(s *session) {
 			c.log.Warn("lease session renewal failed", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
 			t.Reset(max(interval/4, 20*time.Millisecond))
 		default:
-			c.extend(s, sent.Add(time.Duration(resp.TTL)*time.Second-s.margin))
+			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.margin))
 			t.Reset(interval)
 		}
 		c.deleteOrphans(s)
@@ -215,30 +180,10 @@ func (c *Client) keepAlive(s *session) {
 	}
 }
 
-// extend moves s's validity deadline forward to until.
-func (c *Client) extend(s *session, until time.Time) {
-	c.mu.Lock()
-	if s.err == nil && until.After(s.validUntil) {
-		s.validUntil = until
-	}
-	c.mu.Unlock()
-}
-
 // onDeadline runs when s's validity timer fires: it ends s unless a renewal
 // moved the deadline meanwhile, in which case it re-arms the timer.
 func (c *Client) onDeadline(s *session) {
-	c.mu.Lock()
-	if s.err != nil {
-		c.mu.Unlock()
-		return
-	}
-	if d := time.Until(s.validUntil); d > 0 {
-		s.timer.Reset(d)
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	if !c.endSession(s, ErrDeadline) {
+	if !s.pastDeadline() || !c.endSession(s, ErrDeadline) {
 		return
 	}
 	// The server may still hold the session; give up its records now rather
@@ -261,15 +206,9 @@ func (c *Client) onDeadline(s *session) {
 // whether this call ended it. Waiters on s notice through s.done.
 func (c *Client) endSession(s *session, cause error) bool {
 	c.mu.Lock()
-	if s.err != nil {
+	if !s.finish(cause) {
 		c.mu.Unlock()
 		return false
-	}
-	s.err = cause
-	close(s.done)
-	s.end()
-	if s.timer != nil {
-		s.timer.Stop()
 	}
 	if c.sess == s {
 		c.sess = nil
@@ -281,7 +220,7 @@ func (c *Client) endSession(s *session, cause error) bool {
 			continue
 		}
 		delete(c.held, k)
-		if !errors.Is(cause, ErrClosed) && l.releasing == relPending {
+		if !errors.Is(cause, ErrClosed) && l.rel.get() == relPending {
 			// Its holder asked for it to go (its Release's outcome is
 			// unknown), and the session's end takes it: released.
 			released = append(released, l)

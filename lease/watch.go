@@ -273,7 +273,7 @@ func (c *Client) resync(kw *keyWatch) (int64, bool) {
 			}
 			continue
 		}
-		if tok, _, ok := decodeValue(kv.Value); l.releasing == relNone && (!ok || tok != l.owner.Value()) {
+		if tok, _, ok := decodeValue(kv.Value); l.rel.get() == relNone && (!ok || tok != l.owner.Value()) {
 			delete(c.held, k)
 			ends = append(ends, func() { l.end(l.lostError(ErrKeyOverwritten)) })
 		}
@@ -310,7 +310,7 @@ func (c *Client) dispatch(ev *clientv3.Event) {
 		}
 	case mvccpb.PUT:
 		tok, _, ok := decodeValue(ev.Kv.Value)
-		if l := c.held[key]; l != nil && l.releasing == relNone && rev > l.rev {
+		if l := c.held[key]; l != nil && rev > l.rev && l.rel.get() == relNone {
 			if ev.Kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 				delete(c.held, key)
 				end = func() { l.end(l.lostError(ErrKeyOverwritten)) }

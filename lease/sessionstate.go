@@ -1,0 +1,195 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// session is one etcd lease of a Client, to which the records of its
+// acquisitions are attached. Its mutable fields are its own, guarded by
+// its mu; code that holds Client.mu may take a session's mu, never the
+// other way round. A session ends once (finish): the Client ends it under
+// Client.mu, so that whoever checks err and registers a lease under
+// Client.mu cannot miss its end.
+type session struct {
+	id     clientv3.LeaseID
+	ttl    time.Duration
+	margin time.Duration
+	done   chan struct{}
+	ended  context.Context // cancelled with done, for context.AfterFunc
+	end    context.CancelFunc
+
+	mu         sync.Mutex
+	err        error // why it ended; nil while it lasts
+	validUntil time.Time
+	timer      *time.Timer
+	slots      map[string]struct{} // record keys in use (see claimSlot)
+
+	// uncertain counts the orphans of this session whose write may still
+	// be applied later by etcd (its request went out and no reply came
+	// back), so that their record could appear after their acquisition
+	// gave up. The Client deletes such a record whenever its watch sees it
+	// appear, until the session ends. Once there are maxUncertain of them
+	// the session is tainted: new acquisitions use a new session, and this
+	// one is revoked as soon as it holds and waits for nothing. The revoke
+	// deletes any such record, and a write that arrives after it fails
+	// because the lease is gone.
+	uncertain int
+	tainted   bool
+
+	// deleted are held leases whose records the watch saw deleted, while
+	// a goroutine asks etcd whether the session itself is gone.
+	deleted  []*Lease
+	checking bool
+}
+
+// failure returns why s ended, or nil while it lasts.
+func (s *session) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// finish ends s with cause, and reports whether this call ended it.
+func (s *session) finish(cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false
+	}
+	s.err = cause
+	close(s.done)
+	s.end()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	return true
+}
+
+// cause is the error of an acquisition whose session ended.
+func (s *session) cause() error {
+	err := s.failure()
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	return fmt.Errorf("session ended while waiting: %w", err)
+}
+
+// until returns the end of s's validity.
+func (s *session) until() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.validUntil
+}
+
+// extend moves s's validity deadline forward to until.
+func (s *session) extend(until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil && until.After(s.validUntil) {
+		s.validUntil = until
+	}
+}
+
+// armDeadline starts the timer that calls expire at s's validity
+// deadline.
+func (s *session) armDeadline(expire func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timer = time.AfterFunc(time.Until(s.validUntil), expire)
+}
+
+// pastDeadline reports whether s's validity deadline has passed; if a
+// renewal moved it meanwhile, it re-arms the timer instead. An ended
+// session is not past anything.
+func (s *session) pastDeadline() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false
+	}
+	if d := time.Until(s.validUntil); d > 0 {
+		s.timer.Reset(d)
+		return false
+	}
+	return true
+}
+
+// claimSlot returns the record key for a new acquisition of the lock whose
+// records live under dir: <dir><session id>-<slot><suffix>, with the lowest
+// slot this session is not using. Reusing keys, rather than writing a new
+// one per acquisition, keeps etcd's key index for the lock from growing
+// with every acquisition until the next compaction (each read of the queue
+// would scan it). A key is freed only once its record is known to be gone
+// for good.
+func (s *session) claimSlot(dir, suffix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("%s%016x-%x%s", dir, int64(s.id), i, suffix)
+		if _, used := s.slots[key]; !used {
+			s.slots[key] = struct{}{}
+			return key
+		}
+	}
+}
+
+// freeSlot lets a later acquisition reuse key: its record is gone.
+func (s *session) freeSlot(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.slots, key)
+}
+
+// addUncertain counts one more orphan whose write may still apply, and
+// reports whether s is tainted now.
+func (s *session) addUncertain() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.uncertain++
+	if s.uncertain >= maxUncertain {
+		s.tainted = true
+	}
+	return s.tainted
+}
+
+// retirable reports whether s is tainted and has not ended.
+func (s *session) retirable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tainted && s.err == nil
+}
+
+// isTainted reports whether new acquisitions must use another session.
+func (s *session) isTainted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tainted
+}
+
+// noteDeleted adds l to the leases whose records were seen deleted, and
+// reports whether the caller must start the check of whether s is gone.
+func (s *session) noteDeleted(l *Lease) (check bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted = append(s.deleted, l)
+	if s.checking {
+		return false
+	}
+	s.checking = true
+	return true
+}
+
+// takeDeleted returns the leases noted by noteDeleted, and ends the check.
+func (s *session) takeDeleted() []*Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := s.deleted
+	s.deleted, s.checking = nil, false
+	return ls
+}
