@@ -347,8 +347,9 @@ func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ct
 // Serve is Do for transports that read the token from a request (the HTTP
 // middleware, package grpcguard's interceptors). tokErr is the error of
 // reading it (see TokenFromValues), nil when t was read: a non-nil tokErr
-// is reported to metrics and the log as outcome missing (when it
-// matches ErrMissing) or malformed, and returned without calling write.
+// is reported to metrics, the log and the span (WithTracerProvider) as
+// outcome missing (when it matches ErrMissing) or malformed, and returned
+// without calling write.
 // Otherwise Serve is Do. ran reports whether write ran, so that a
 // transport can pass write's errors on unchanged and translate the
 // Guard's refusals for its clients.
