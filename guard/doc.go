@@ -187,4 +187,18 @@
 // received token's revision), plus "mark", "resource" and "outcome"; so a
 // stale rejection joins to the lease records of the acquisition whose
 // token it refused. Owner tokens never reach this package.
+//
+// [WithTracerProvider] adds OpenTelemetry spans on a caller's
+// TracerProvider (never the global one; without the option no span is
+// started and nothing is added to the caller's span): one span per
+// decision, "fencekit.guard.do", "fencekit.guard.serve" (the HTTP
+// middleware and package grpcguard's interceptors) or
+// "fencekit.guard.claim", a child of the span in the request's context.
+// They are spans, not events on the caller's span, so that they exist
+// when the caller has no span and time the wait for the resource and the
+// Store and Verifier calls; each ends before the write it admits runs.
+// Their attributes are the log's fields under the keys of package lease's
+// spans ("fencekit.outcome", "fencekit.resource", "fencekit.lock" as a
+// hash, "fencekit.fence" and "fencekit.mark" as integers); a refusal has
+// status Error.
 package guard

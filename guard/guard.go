@@ -11,6 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -199,6 +200,7 @@ type config struct {
 	registerer    prometheus.Registerer
 	resourceLabel bool
 	verifier      Verifier
+	tracer        trace.Tracer // nil without WithTracerProvider
 }
 
 type optionFunc func(*config) error
@@ -270,10 +272,11 @@ func WithResourceLabel() Option {
 //
 // A Guard is safe for concurrent use.
 type Guard struct {
-	store Store
-	ver   Verifier // nil without WithVerifier
-	log   *slog.Logger
-	met   *metrics // nil without WithMetrics
+	store  Store
+	ver    Verifier // nil without WithVerifier
+	log    *slog.Logger
+	met    *metrics     // nil without WithMetrics
+	tracer trace.Tracer // nil without WithTracerProvider
 
 	mu    sync.Mutex
 	locks map[string]*resLock
@@ -314,7 +317,8 @@ func New(store Store, opts ...Option) (*Guard, error) {
 	case cfg.resourceLabel:
 		return nil, errors.New("guard: WithResourceLabel without WithMetrics")
 	}
-	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, met: met, locks: map[string]*resLock{}}, nil
+	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, met: met, tracer: cfg.tracer,
+		locks: map[string]*resLock{}}, nil
 }
 
 // Do runs write if t may write the Target's resource, and returns its
@@ -336,15 +340,16 @@ func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ct
 	if write == nil {
 		panic("guard: Do with nil write")
 	}
-	_, err := g.do(ctx, tgt, t, write)
+	_, err := g.do(ctx, opDo, tgt, t, write)
 	return err
 }
 
 // Serve is Do for transports that read the token from a request (the HTTP
 // middleware, package grpcguard's interceptors). tokErr is the error of
 // reading it (see TokenFromValues), nil when t was read: a non-nil tokErr
-// is reported to metrics and the log as outcome missing (when it
-// matches ErrMissing) or malformed, and returned without calling write.
+// is reported to metrics, the log and the span (WithTracerProvider) as
+// outcome missing (when it matches ErrMissing) or malformed, and returned
+// without calling write.
 // Otherwise Serve is Do. ran reports whether write ran, so that a
 // transport can pass write's errors on unchanged and translate the
 // Guard's refusals for its clients.
@@ -355,33 +360,49 @@ func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr err
 		panic("guard: Serve with nil write")
 	}
 	if tokErr != nil {
+		sctx, span := g.startSpan(ctx, opServe, tgt)
 		ev := event{outcome: malformed, resource: tgt.Resource, lock: tgt.Lock, err: tokErr}
 		if errors.Is(tokErr, ErrMissing) {
 			ev.outcome = missing
 		}
-		g.observe(ctx, ev)
+		g.observe(sctx, ev)
+		endSpan(span, ev)
 		return false, tokErr
 	}
-	return g.do(ctx, tgt, t, write)
+	return g.do(ctx, opServe, tgt, t, write)
 }
 
 // do is Do, reporting whether write ran, so that callers can tell write's
-// errors from the Guard's.
-func (g *Guard) do(ctx context.Context, tgt Target, t fence.Token, write func(context.Context) error) (ran bool, err error) {
+// errors from the Guard's. op names the decision's span.
+func (g *Guard) do(ctx context.Context, op string, tgt Target, t fence.Token, write func(context.Context) error) (ran bool, err error) {
+	sctx, span := g.startSpan(ctx, op, tgt)
+	unlock, ev := g.check(sctx, tgt, t)
+	g.observe(sctx, ev)
+	endSpan(span, ev)
+	if unlock == nil {
+		return false, ev.err
+	}
+	defer unlock()
+	return true, write(fence.NewContext(ctx, t))
+}
+
+// check decides t for tgt. When t is accepted it returns the unlock of the
+// resource, which the caller holds until its write returns; otherwise it
+// returns nil and the resource is not held.
+func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock func(), ev event) {
 	if err := tgt.validate(); err != nil {
-		g.observe(ctx, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err})
-		return false, err
+		return nil, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err}
 	}
 	unlock, err := g.lock(ctx, tgt.Resource)
 	if err != nil {
-		g.observe(ctx, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err})
-		return false, err
+		return nil, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err}
 	}
-	defer unlock()
-	if err := g.admit(ctx, tgt, t); err != nil {
-		return false, err
+	ev = g.admit(ctx, tgt, t)
+	if ev.outcome != accepted {
+		unlock()
+		return nil, ev
 	}
-	return true, write(fence.NewContext(ctx, t))
+	return unlock, ev
 }
 
 // Claim advances the marks of resources to t, all bound to t's lock,
@@ -401,7 +422,7 @@ func (g *Guard) Claim(ctx context.Context, t fence.Token, resources ...string) e
 	rs = slices.Compact(rs)
 	for _, r := range rs {
 		tgt := Target{Resource: r, Lock: t.Lock}
-		if _, err := g.do(ctx, tgt, t, func(context.Context) error { return nil }); err != nil {
+		if _, err := g.do(ctx, opClaim, tgt, t, func(context.Context) error { return nil }); err != nil {
 			return err
 		}
 	}
@@ -427,26 +448,23 @@ func noMark(pkg, resource string) error {
 }
 
 // admit checks t against tgt and the store, advancing the mark, and
-// reports the outcome. The caller holds the resource.
-func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) error {
+// returns the decision. The caller holds the resource.
+func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) event {
 	ev := event{resource: tgt.Resource, lock: tgt.Lock, token: t}
 	if err := t.Validate(); err != nil {
 		ev.outcome, ev.err = malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
-		g.observe(ctx, ev)
-		return ev.err
+		return ev
 	}
 	if t.Lock != tgt.Lock {
 		ev.outcome = wrongLock
 		ev.err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
-		g.observe(ctx, ev)
-		return ev.err
+		return ev
 	}
 	g.advance(ctx, tgt, t, &ev)
 	if ev.outcome == stale {
 		g.diagnoseStale(ctx, &ev)
 	}
-	g.observe(ctx, ev)
-	return ev.err
+	return ev
 }
 
 // advance decides a valid token of the Target's lock, advancing the mark,

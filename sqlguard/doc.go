@@ -182,6 +182,20 @@
 // acquisition whose token it refused. Neither carries lock names,
 // idempotency keys or owner tokens in clear; both are off by default.
 //
+// [WithTracerProvider] adds OpenTelemetry spans on a caller's
+// TracerProvider (never the global one; without it nothing is started and
+// the caller's span is left alone): "fencekit.sqlguard.tx" for each RunTx,
+// with its attempts and an event per retry, and the function's statements
+// as children; "fencekit.sqlguard.fence" for each Fence (and each attempt
+// of RunTx); "fencekit.sqlguard.claim", "fencekit.sqlguard.update",
+// "fencekit.sqlguard.upsert" and "fencekit.sqlguard.record". Each carries
+// the outcome in the metrics' words, the mode ("table" or "row"), the
+// table name, the lock's hash ("fencekit.lock", as in package lease's
+// spans) and the token's revision as an integer ("fencekit.fence"); a
+// refusal adds the log's fields and has status Error, whose description
+// names no lock, idempotency key or row. pgxguard's Guard records the
+// same spans.
+//
 // # PostgreSQL advisory locks or sqlguard?
 //
 // When the data lives in one PostgreSQL database and the critical section

@@ -17,7 +17,7 @@ func init() {
 }
 
 func (e engine) Fence(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
-	return e.g.decided(ctx, "fence", e.g.fence(ctx, q, tok, resources...))
+	return e.g.fenceOp(ctx, q, tok, resources...)
 }
 
 func (e engine) Claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
@@ -26,7 +26,7 @@ func (e engine) Claim(ctx context.Context, begin backend.Begin, tok fence.Token,
 
 func (e engine) RunTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
 	fn func(context.Context, backend.Tx) error) error {
-	return e.g.runTx(ctx, begin, tok, resources, fn, true)
+	return e.g.runTxOp(ctx, begin, tok, resources, fn)
 }
 
 func (e engine) Update(ctx context.Context, q backend.Querier, tok fence.Token, u any) (int64, error) {
@@ -34,8 +34,7 @@ func (e engine) Update(ctx context.Context, q backend.Querier, tok fence.Token, 
 	if !ok {
 		return 0, fmt.Errorf("%w: update: %T is not a RowUpdate", ErrInvalid, u)
 	}
-	n, err := e.g.updateRows(ctx, q, tok, ru)
-	return n, e.g.decided(ctx, "update", err)
+	return e.g.updateOp(ctx, q, tok, ru)
 }
 
 func (e engine) Upsert(ctx context.Context, q backend.Querier, tok fence.Token, u any) error {
@@ -43,11 +42,11 @@ func (e engine) Upsert(ctx context.Context, q backend.Querier, tok fence.Token, 
 	if !ok {
 		return fmt.Errorf("%w: upsert: %T is not a RowUpsert", ErrInvalid, u)
 	}
-	return e.g.decided(ctx, "upsert", e.g.upsertRow(ctx, q, tok, ru))
+	return e.g.upsertOp(ctx, q, tok, ru)
 }
 
 func (e engine) Record(ctx context.Context, q backend.Querier, requestID string) error {
-	return e.g.decided(ctx, "record", e.g.record(ctx, q, requestID))
+	return e.g.recordOp(ctx, q, requestID)
 }
 
 func (e engine) Recorded(ctx context.Context, q backend.Querier, requestID string) (bool, error) {

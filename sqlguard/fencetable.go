@@ -62,7 +62,16 @@ type Mark struct {
 //     example during a lock wait; database/sql then rolls back a
 //     transaction begun with that context.
 func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
-	return g.decided(ctx, "fence", g.fence(ctx, querier(q), tok, resources...))
+	return g.fenceOp(ctx, querier(q), tok, resources...)
+}
+
+// fenceOp is Fence on a backend.Querier: traced, counted and logged.
+func (g *Guard) fenceOp(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
+	ctx, sp := g.startSpan(ctx, "fence", modeTable, g.tname, tok)
+	sp.setInt(attrResources, len(resources))
+	err := g.decided(ctx, "fence", g.fence(ctx, q, tok, resources...))
+	sp.end(err)
+	return err
 }
 
 // fence is Fence without metrics and logs.
@@ -224,10 +233,17 @@ func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resourc
 }
 
 func (g *Guard) claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
+	ctx, sp := g.startSpan(ctx, "claim", modeTable, g.tname, tok)
+	sp.setInt(attrResources, len(resources))
+	var err error
 	if len(resources) == 0 {
-		return g.decided(ctx, "claim", fmt.Errorf("%w: no resources to claim", ErrInvalid))
+		err = fmt.Errorf("%w: no resources to claim", ErrInvalid)
+	} else {
+		err = g.runTx(ctx, begin, tok, resources, nil, false, sp)
 	}
-	return g.decided(ctx, "claim", g.runTx(ctx, begin, tok, resources, nil, false))
+	err = g.decided(ctx, "claim", err)
+	sp.end(err)
+	return err
 }
 
 // RunTx runs fn in a transaction that is fenced first: it begins a
@@ -255,13 +271,30 @@ func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	if fn != nil {
 		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
 	}
-	return g.runTx(ctx, begin, tok, resources, f, true)
+	return g.runTxOp(ctx, begin, tok, resources, f)
 }
 
-// runTx is RunTx; countFence says whether its Fence calls are counted and
-// logged as op "fence" (Claim counts its own result instead).
+// runTxOp is RunTx on a backend.Begin, traced.
+func (g *Guard) runTxOp(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+	fn func(context.Context, backend.Tx) error) error {
+	mode, table := modeRow, ""
+	if len(resources) > 0 {
+		mode, table = modeTable, g.tname
+	}
+	ctx, sp := g.startSpan(ctx, "tx", mode, table, tok)
+	if len(resources) > 0 {
+		sp.setInt(attrResources, len(resources))
+	}
+	err := g.runTx(ctx, begin, tok, resources, fn, true, sp)
+	sp.end(err)
+	return err
+}
+
+// runTx is RunTx; countFence says whether its Fence calls are counted,
+// logged and traced as op "fence" (Claim counts its own result instead).
+// sp, the caller's span, if any, records the attempts.
 func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
-	fn func(context.Context, backend.Tx) error, countFence bool) error {
+	fn func(context.Context, backend.Tx) error, countFence bool, sp *span) error {
 	if len(resources) > 0 {
 		if _, err := canonical(tok, resources); err != nil {
 			return err
@@ -286,6 +319,7 @@ func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = g.runOnce(ctx, begin, tok, resources, fn, countFence)
+		sp.setInt(attrAttempts, attempt)
 		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
 			return err
 		}
@@ -301,6 +335,7 @@ func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 		if g.met != nil {
 			g.met.retries.Inc()
 		}
+		sp.retried(attempt)
 	}
 }
 
@@ -316,9 +351,11 @@ func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Toke
 		}
 	}()
 	if len(resources) > 0 {
-		err := g.fence(ctx, tx, tok, resources...)
+		var err error
 		if countFence {
-			err = g.decided(ctx, "fence", err)
+			err = g.fenceOp(ctx, tx, tok, resources...)
+		} else {
+			err = g.fence(ctx, tx, tok, resources...)
 		}
 		if err != nil {
 			return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 )
 
@@ -20,7 +22,19 @@ import (
 // it. Keys are kept until you delete them (the table has created_at for
 // that); requestID must be 1 to MaxRequestIDLen bytes of UTF-8 without NUL.
 func (g *Guard) Record(ctx context.Context, q DBTX, requestID string) error {
-	return g.decided(ctx, "record", g.record(ctx, querier(q), requestID))
+	return g.recordOp(ctx, querier(q), requestID)
+}
+
+// recordOp is Record on a backend.Querier: traced, counted and logged.
+func (g *Guard) recordOp(ctx context.Context, q backend.Querier, requestID string) error {
+	ctx, sp := g.startSpan(ctx, "record", "", g.rname, fence.Token{})
+	if sp != nil {
+		sp.s.SetAttributes(attrRequest.String(logattr.Hash(requestID)))
+		sp.hide = requestID
+	}
+	err := g.decided(ctx, "record", g.record(ctx, q, requestID))
+	sp.end(err)
+	return err
 }
 
 func (g *Guard) record(ctx context.Context, q backend.Querier, requestID string) error {

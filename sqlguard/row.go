@@ -67,8 +67,19 @@ type RowUpdate struct {
 // *RetryableError; the context's error. q may be a *sql.DB, in which case
 // Update runs in a transaction of its own, unless u.Single is set.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
-	n, err := g.updateRows(ctx, querier(q), tok, u)
-	return n, g.decided(ctx, "update", err)
+	return g.updateOp(ctx, querier(q), tok, u)
+}
+
+// updateOp is Update on a backend.Querier: traced, counted and logged.
+func (g *Guard) updateOp(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
+	ctx, sp := g.startSpan(ctx, "update", modeRow, u.Table, tok)
+	n, err := g.updateRows(ctx, q, tok, u)
+	err = g.decided(ctx, "update", err)
+	if err == nil {
+		sp.setInt(attrRows, int(n))
+	}
+	sp.end(err)
+	return n, err
 }
 
 func (g *Guard) updateRows(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
@@ -243,7 +254,15 @@ type RowUpsert struct {
 // WHERE). q may be a *sql.DB, in which case Upsert runs in a transaction of
 // its own.
 func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
-	return g.decided(ctx, "upsert", g.upsertRow(ctx, querier(q), tok, u))
+	return g.upsertOp(ctx, querier(q), tok, u)
+}
+
+// upsertOp is Upsert on a backend.Querier: traced, counted and logged.
+func (g *Guard) upsertOp(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
+	ctx, sp := g.startSpan(ctx, "upsert", modeRow, u.Table, tok)
+	err := g.decided(ctx, "upsert", g.upsertRow(ctx, q, tok, u))
+	sp.end(err)
+	return err
 }
 
 func (g *Guard) upsertRow(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {

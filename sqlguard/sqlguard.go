@@ -12,6 +12,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DBTX is the part of database/sql that sqlguard runs statements through.
@@ -133,6 +134,7 @@ type config struct {
 	logger                *slog.Logger
 	verifier              Verifier
 	cluster               string
+	tracer                trace.Tracer // nil without WithTracerProvider
 }
 
 type optionFunc func(*config) error
@@ -225,6 +227,7 @@ type Guard struct {
 	log      *slog.Logger
 	ver      Verifier // nil without WithVerifier
 	verified *verifiedCache
+	tracer   trace.Tracer // nil without WithTracerProvider
 }
 
 // New returns a Guard for dialect d. It returns an error matching ErrInvalid
@@ -263,6 +266,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		log:      c.logger,
 		ver:      c.verifier,
 		verified: &verifiedCache{},
+		tracer:   c.tracer,
 	}, nil
 }
 

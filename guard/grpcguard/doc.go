@@ -26,4 +26,12 @@
 // holds its resource until the handler returns. It does not authenticate
 // the caller: without a verifier any client able to send metadata can
 // raise a mark.
+//
+// # Tracing
+//
+// The server interceptors decide through guard.Guard.Serve, so a Guard
+// made with guard.WithTracerProvider records a "fencekit.guard.serve" span
+// for each fenced call, a child of the call's span (otelgrpc's, when the
+// server uses its stats handler); there is no option here. Calls route
+// declines are not decisions and get no span.
 package grpcguard

@@ -24,6 +24,11 @@
 // fence; it retries retryable conflicts with the same token, so its
 // function must be safe to run again.
 //
+// For OpenTelemetry spans pass sqlguard.WithTracerProvider to New (or Wrap
+// a *sqlguard.Guard made with it): the pgx path records the spans of
+// package sqlguard ("fencekit.sqlguard.tx", "fencekit.sqlguard.fence",
+// ...), with the same attributes; there is no option of its own.
+//
 // # Prepared statements, migrations and poolers
 //
 // sqlguard's own statements run with pgx.QueryExecModeExec whatever the

@@ -42,7 +42,8 @@ type Guard struct {
 }
 
 // New returns a Guard configured by opts, the options of package sqlguard
-// (sqlguard.WithTable, WithMetrics, WithLogger, WithVerifier, ...). It
+// (sqlguard.WithTable, WithMetrics, WithLogger, WithVerifier,
+// WithTracerProvider, ...). It
 // returns the errors of sqlguard.New.
 func New(opts ...sqlguard.Option) (*Guard, error) {
 	sg, err := sqlguard.New(sqlguard.PostgreSQL, opts...)
@@ -52,8 +53,8 @@ func New(opts ...sqlguard.Option) (*Guard, error) {
 	return Wrap(sg)
 }
 
-// Wrap returns a Guard that shares g's configuration, metrics, logger and
-// verified tokens, for a program that writes through both database/sql and
+// Wrap returns a Guard that shares g's configuration, metrics, logger,
+// tracer and verified tokens, for a program that writes through both database/sql and
 // pgx. g must be for sqlguard.PostgreSQL (sqlguard.ErrInvalid otherwise).
 func Wrap(g *sqlguard.Guard) (*Guard, error) {
 	if g == nil {

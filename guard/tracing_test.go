@@ -1,0 +1,359 @@
+package guard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/lease"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// newTracing returns a TracerProvider that exports every span to the
+// returned in-memory exporter as it ends.
+func newTracing(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tp, exp
+}
+
+func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, a := range s.Attributes {
+		m[a.Key] = a.Value
+	}
+	return m
+}
+
+// spanTexts returns every string a span exports: its name, attributes,
+// events and status description.
+func spanTexts(s tracetest.SpanStub) []string {
+	texts := []string{s.Name, s.Status.Description}
+	for _, a := range s.Attributes {
+		texts = append(texts, string(a.Key)+"="+a.Value.String())
+	}
+	for _, e := range s.Events {
+		texts = append(texts, e.Name)
+		for _, a := range e.Attributes {
+			texts = append(texts, string(a.Key)+"="+a.Value.String())
+		}
+	}
+	for _, l := range s.Links {
+		for _, a := range l.Attributes {
+			texts = append(texts, string(a.Key)+"="+a.Value.String())
+		}
+	}
+	return texts
+}
+
+// guardSpans returns the spans of package guard's tracer.
+func guardSpans(exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.InstrumentationScope.Name == "github.com/fencekit/fencekit/guard" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// wantSpan is what a test expects of one decision span; zero numbers are
+// expected absent.
+type wantSpan struct {
+	name, outcome, resource, lock string
+	fence, mark                   int64
+	fenceLock                     string // lock of the token when it differs
+	status                        string // substring of the Error status; "" for an accepted token
+}
+
+func checkSpan(t *testing.T, s tracetest.SpanStub, w wantSpan) {
+	t.Helper()
+	a := spanAttrs(s)
+	if s.Name != w.name {
+		t.Errorf("span name %q, want %q", s.Name, w.name)
+	}
+	if got := a["fencekit.outcome"].AsString(); got != w.outcome {
+		t.Errorf("%s: outcome %q, want %q", s.Name, got, w.outcome)
+	}
+	if got := a["fencekit.resource"].AsString(); got != w.resource {
+		t.Errorf("%s: resource %q, want %q", s.Name, got, w.resource)
+	}
+	if got := a["fencekit.lock"].AsString(); got != guard.LockHash(w.lock) {
+		t.Errorf("%s: lock %q, want the hash %q", s.Name, got, guard.LockHash(w.lock))
+	}
+	checkInt := func(key attribute.Key, want int64) {
+		t.Helper()
+		v, ok := a[key]
+		switch {
+		case want == 0 && ok:
+			t.Errorf("%s: %s = %s, want none", s.Name, key, v.String())
+		case want != 0 && v.Type() != attribute.INT64:
+			t.Errorf("%s: %s = %s (%s), want int64 %d", s.Name, key, v.String(), v.Type(), want)
+		case want != 0 && v.AsInt64() != want:
+			t.Errorf("%s: %s = %d, want %d", s.Name, key, v.AsInt64(), want)
+		}
+	}
+	checkInt("fencekit.fence", w.fence)
+	checkInt("fencekit.mark", w.mark)
+	if v, ok := a["fencekit.fence_lock"]; w.fenceLock == "" && ok {
+		t.Errorf("%s: fence_lock %q, want none", s.Name, v.AsString())
+	} else if w.fenceLock != "" && v.AsString() != guard.LockHash(w.fenceLock) {
+		t.Errorf("%s: fence_lock %q, want the hash of %q", s.Name, v.AsString(), w.fenceLock)
+	}
+	if w.status == "" {
+		if s.Status.Code != otelcodes.Unset {
+			t.Errorf("%s: status %v %q, want unset", s.Name, s.Status.Code, s.Status.Description)
+		}
+	} else if s.Status.Code != otelcodes.Error || !strings.Contains(s.Status.Description, w.status) {
+		t.Errorf("%s: status %v %q, want Error containing %q", s.Name, s.Status.Code, s.Status.Description, w.status)
+	}
+	if !s.EndTime.After(s.StartTime) && !s.EndTime.Equal(s.StartTime) {
+		t.Errorf("%s: not ended", s.Name)
+	}
+}
+
+// Every decision of Do, Claim and the HTTP middleware is one span, a child
+// of the caller's, with the log's fields and no lock name.
+func TestTracingDecisions(t *testing.T) {
+	tp, exp := newTracing(t)
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	g := newGuard(t, guard.WithTracerProvider(tp))
+	report := guard.Target{Resource: "report", Lock: "report-writer"}
+	var inWrite trace.SpanContext
+	write := func(ctx context.Context) error {
+		inWrite = trace.SpanContextFromContext(ctx)
+		return nil
+	}
+
+	if err := g.Do(ctx, report, tok("report-writer", 5), write); err != nil {
+		t.Fatalf("Do(5): %v", err)
+	}
+	if !inWrite.Equal(parent.SpanContext()) {
+		t.Errorf("write ran in span %v, want the caller's %v", inWrite.SpanID(), parent.SpanContext().SpanID())
+	}
+	g.Do(ctx, report, tok("report-writer", 3), write)
+	g.Do(ctx, report, tok("other-writer", 9), write)
+	g.Do(ctx, report, tok("report-writer", -1), write)
+	if err := g.Claim(ctx, tok("report-writer", 6), "report", "summary"); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	failing, err := guard.New(failingStore{}, guard.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing.Do(ctx, report, tok("report-writer", 7), write)
+
+	srv := newItemServer(t, g)
+	send(t, http.MethodPut, srv.srv.URL+"/items/1", "x")
+	send(t, http.MethodPut, srv.srv.URL+"/items/1", "x", "not a token")
+	send(t, http.MethodPut, srv.srv.URL+"/items/1", "x", "4:items")
+	send(t, http.MethodPut, srv.srv.URL+"/items/1", "x", "2:items")
+	send(t, http.MethodGet, srv.srv.URL+"/items/1", "") // unfenced: no decision
+	parent.End()
+
+	want := []wantSpan{
+		{name: "fencekit.guard.do", outcome: "accepted", resource: "report", lock: "report-writer", fence: 5, mark: 5},
+		{name: "fencekit.guard.do", outcome: "stale", resource: "report", lock: "report-writer", fence: 3, mark: 5,
+			status: "guard: stale fencing token"},
+		{name: "fencekit.guard.do", outcome: "wrong_lock", resource: "report", lock: "report-writer", fence: 9,
+			fenceLock: "other-writer", status: "guard: fencing token for another lock"},
+		{name: "fencekit.guard.do", outcome: "malformed", resource: "report", lock: "report-writer", fence: -1,
+			status: "guard: malformed fencing token"},
+		{name: "fencekit.guard.claim", outcome: "accepted", resource: "report", lock: "report-writer", fence: 6, mark: 6},
+		{name: "fencekit.guard.claim", outcome: "accepted", resource: "summary", lock: "report-writer", fence: 6, mark: 6},
+		{name: "fencekit.guard.do", outcome: "failed", resource: "report", lock: "report-writer", fence: 7,
+			status: "store down"},
+		{name: "fencekit.guard.serve", outcome: "missing", resource: "item/1", lock: "items",
+			status: "guard: fencing token missing"},
+		{name: "fencekit.guard.serve", outcome: "malformed", resource: "item/1", lock: "items",
+			status: "guard: malformed fencing token"},
+		{name: "fencekit.guard.serve", outcome: "accepted", resource: "item/1", lock: "items", fence: 4, mark: 4},
+		{name: "fencekit.guard.serve", outcome: "stale", resource: "item/1", lock: "items", fence: 2, mark: 4,
+			status: "guard: stale fencing token"},
+	}
+	spans := guardSpans(exp)
+	if len(spans) != len(want) {
+		for _, s := range spans {
+			t.Logf("span %s %v", s.Name, s.Attributes)
+		}
+		t.Fatalf("%d guard spans, want %d", len(spans), len(want))
+	}
+	for i, s := range spans {
+		checkSpan(t, s, want[i])
+		if i < 7 && s.Parent.SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span %d (%s) has parent %v, want the caller's span", i, s.Name, s.Parent.SpanID())
+		}
+		for _, text := range spanTexts(s) {
+			for _, lock := range []string{"report-writer", "other-writer", "items"} {
+				if strings.Contains(text, lock) {
+					t.Errorf("span %s carries lock name %q: %q", s.Name, lock, text)
+				}
+			}
+		}
+	}
+}
+
+// Without WithTracerProvider a Guard records nothing: no span of its own,
+// nothing on the caller's span, nothing through the global provider.
+func TestTracingOffRecordsNothing(t *testing.T) {
+	tp, exp := newTracing(t)
+	globalTP, globalExp := newTracing(t)
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(globalTP)
+	defer otel.SetTracerProvider(prev)
+
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	g := newGuard(t)
+	report := guard.Target{Resource: "report", Lock: "report-writer"}
+	nop := func(context.Context) error { return nil }
+	if err := g.Do(ctx, report, tok("report-writer", 5), nop); err != nil {
+		t.Fatal(err)
+	}
+	g.Do(ctx, report, tok("report-writer", 3), nop)
+	g.Claim(ctx, tok("report-writer", 6), "report")
+	srv := newItemServer(t, g)
+	send(t, http.MethodPut, srv.srv.URL+"/items/1", "x", "4:items")
+	send(t, http.MethodPut, srv.srv.URL+"/items/1", "x")
+	parent.End()
+
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "request" {
+		t.Fatalf("spans %v, want only the caller's", spans)
+	}
+	if s := spans[0]; len(s.Attributes) != 0 || len(s.Events) != 0 || s.Status.Code != otelcodes.Unset {
+		t.Errorf("the caller's span got attributes %v, events %v, status %v", s.Attributes, s.Events, s.Status)
+	}
+	if n := len(globalExp.GetSpans()); n != 0 {
+		t.Errorf("%d spans on the global provider", n)
+	}
+	if _, err := guard.New(guard.NewMemoryStore(), guard.WithTracerProvider(nil)); err == nil {
+		t.Error("New with a nil TracerProvider: no error")
+	}
+}
+
+// The story with real leases, traced end to end on one provider: no span
+// of lease or guard carries an owner token, and guard's spans record A's
+// and B's writes, A's stale write after B took over, and a forged token
+// the verifier refuses.
+func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	tp, exp := newTracing(t)
+	locksA, err := lease.New(etcdtest.Client(t, c), lease.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locksA.Close()
+	locksB, err := lease.New(etcdtest.Client(t, c), lease.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locksB.Close()
+	inspect := etcdtest.Client(t, c)
+
+	g, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(locksB.Verifier()), guard.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := newItemServer(t, g)
+	tr := &guard.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	write := func(ctx context.Context, tk fence.Token) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(fence.NewContext(ctx, tk), http.MethodPut, svc.srv.URL+"/items/report", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+
+	a, err := locksA.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatalf("A acquire: %v", err)
+	}
+	tokenA := ownerTokenOf(t, ctx, inspect, a)
+	if st := write(ctx, a.Fence()); st != http.StatusNoContent {
+		t.Fatalf("A's write: %d", st)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("A release: %v", err)
+	}
+	b, err := locksB.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatalf("B acquire: %v", err)
+	}
+	tokenB := ownerTokenOf(t, ctx, inspect, b)
+	if st := write(ctx, b.Fence()); st != http.StatusNoContent {
+		t.Fatalf("B's write: %d", st)
+	}
+	if st := write(ctx, a.Fence()); st != guard.StatusRejected {
+		t.Fatalf("A's late write: %d, want %d", st, guard.StatusRejected)
+	}
+	forged := fence.Token{Lock: "items", Revision: b.Fence().Revision + 1000}
+	if st := write(ctx, forged); st != guard.StatusUnverified {
+		t.Fatalf("forged token: %d, want %d", st, guard.StatusUnverified)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatalf("B release: %v", err)
+	}
+
+	spans := exp.GetSpans()
+	var leaseSpans int
+	for _, s := range spans {
+		if s.InstrumentationScope.Name == "github.com/fencekit/fencekit/lease" {
+			leaseSpans++
+		}
+		for _, text := range spanTexts(s) {
+			for name, tk := range map[string]string{"A": tokenA, "B": tokenB} {
+				random := tk[strings.LastIndexByte(tk, '.')+1:]
+				if strings.Contains(text, tk) || strings.Contains(text, random) {
+					t.Errorf("span %s carries %s's owner token: %q", s.Name, name, text)
+				}
+			}
+		}
+	}
+	if leaseSpans == 0 {
+		t.Error("no lease spans: the test checks less than it claims")
+	}
+	var outcomes []string
+	for _, s := range guardSpans(exp) {
+		a := spanAttrs(s)
+		outcomes = append(outcomes, fmt.Sprintf("%s %d", a["fencekit.outcome"].AsString(), a["fencekit.fence"].AsInt64()))
+		for _, text := range spanTexts(s) {
+			if strings.Contains(text, "items") {
+				t.Errorf("guard span %s carries the lock name: %q", s.Name, text)
+			}
+		}
+	}
+	want := []string{
+		fmt.Sprintf("accepted %d", a.Fence().Revision),
+		fmt.Sprintf("accepted %d", b.Fence().Revision),
+		fmt.Sprintf("stale %d", a.Fence().Revision),
+		fmt.Sprintf("unverified %d", forged.Revision),
+	}
+	if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+		t.Errorf("guard spans %v, want %v", outcomes, want)
+	}
+}

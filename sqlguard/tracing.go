@@ -1,0 +1,215 @@
+package sqlguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName names the instrumentation scope of the Guard's spans.
+const tracerName = "github.com/fencekit/fencekit/sqlguard"
+
+// Span attributes carry what the log records carry, under the keys of
+// packages lease and guard; never a lock name or an idempotency key (only
+// their hashes), never an owner token (those never reach this package).
+const (
+	attrOutcome     = attribute.Key("fencekit.outcome")      // as the metrics' outcome label
+	attrMode        = attribute.Key("fencekit.mode")         // "table" (fence table) or "row" (row column)
+	attrTable       = attribute.Key("fencekit.table")        // the fence table, or the row-column table
+	attrLock        = attribute.Key("fencekit.lock")         // hash of the lock name, as the log's "lock"
+	attrFence       = attribute.Key("fencekit.fence")        // the token's revision, as the log's "fence"
+	attrFenceLock   = attribute.Key("fencekit.fence_lock")   // hash of the token's lock, when the resource's is another
+	attrMark        = attribute.Key("fencekit.mark")         // the revision the database holds, on a refusal
+	attrResource    = attribute.Key("fencekit.resource")     // the refusing resource, as the log's "resource"
+	attrResources   = attribute.Key("fencekit.resources")    // how many resources a fence covers
+	attrRows        = attribute.Key("fencekit.rows")         // rows an Update changed
+	attrAttempts    = attribute.Key("fencekit.attempts")     // transactions RunTx or Claim ran
+	attrRequest     = attribute.Key("fencekit.request")      // hash of an idempotency key, as the log's "request"
+	attrMarkCluster = attribute.Key("fencekit.mark_cluster") // etcd cluster of a mark another cluster wrote
+	attrCluster     = attribute.Key("fencekit.cluster")      // this Guard's etcd cluster (WithCluster)
+)
+
+// The modes of attrMode.
+const (
+	modeTable = "table"
+	modeRow   = "row"
+)
+
+// WithTracerProvider makes the Guard record an OpenTelemetry span, through
+// tp's tracer "github.com/fencekit/fencekit/sqlguard", for each fenced
+// call, as a child of the span in the call's context:
+//
+//   - "fencekit.sqlguard.tx": one per RunTx, covering every attempt;
+//     the function runs in its context, so the spans of its statements
+//     are the span's children. Attribute "fencekit.attempts" counts the
+//     transactions run, and an event "fencekit.sqlguard.retry" marks each
+//     retry after a retryable error.
+//   - "fencekit.sqlguard.fence": one per Fence, and per attempt of RunTx
+//     (a child of its "tx" span).
+//   - "fencekit.sqlguard.claim": one per Claim, with "fencekit.attempts".
+//   - "fencekit.sqlguard.update" and "fencekit.sqlguard.upsert": one per
+//     Update and Upsert (row-column mode), with "fencekit.rows" for Update.
+//   - "fencekit.sqlguard.record": one per Record.
+//
+// Each span carries "fencekit.outcome", in the words of the metrics of
+// WithMetrics (accepted, stale, wrong_lock, not_found, duplicate,
+// retryable, invalid, unverified, error; for a RunTx, accepted means
+// committed), "fencekit.mode" ("table" for the fence table, "row" for
+// row-column mode), "fencekit.table" (the fence table's name, or the
+// row-column table's), "fencekit.lock" (a hash of the lock name, the
+// "fencekit.lock" of package lease's spans) and "fencekit.fence" (the
+// token's revision, an int64). A refusal adds the fields of the log
+// records of WithLogger: "fencekit.resource", "fencekit.mark",
+// "fencekit.fence_lock" (a wrong-lock refusal's "fencekit.lock" is then
+// the hash of the lock the resource is bound to), "fencekit.mark_cluster"
+// and "fencekit.cluster"; Record's spans carry "fencekit.request", a hash
+// of the idempotency key. A span whose outcome is not accepted has status
+// Error; its description names no lock, idempotency key or row: a fixed
+// text for stale, wrong_lock, not_found and duplicate, and otherwise the
+// error with lock names and keys replaced by their hashes. Owner tokens
+// never reach this package.
+//
+// pgxguard.Guard records the same spans when made with this option (or
+// wrapping a Guard made with it). Without it the Guard records nothing and
+// costs nothing; it never uses the global TracerProvider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil TracerProvider", ErrInvalid)
+		}
+		c.tracer = tp.Tracer(tracerName)
+		return nil
+	})
+}
+
+// span is one traced call; a nil *span, for a Guard without a tracer,
+// does nothing.
+type span struct {
+	s    trace.Span
+	hide string // the token's lock name or Record's key: hashed in the status text
+}
+
+// startSpan starts the span "fencekit.sqlguard."+op. table and tok may be
+// empty and zero (Record). It returns ctx and nil without a tracer.
+func (g *Guard) startSpan(ctx context.Context, op, mode, table string, tok fence.Token) (context.Context, *span) {
+	if g.tracer == nil {
+		return ctx, nil
+	}
+	attrs := make([]attribute.KeyValue, 0, 4)
+	if mode != "" {
+		attrs = append(attrs, attrMode.String(mode))
+	}
+	if table != "" {
+		attrs = append(attrs, attrTable.String(table))
+	}
+	if tok.Lock != "" {
+		attrs = append(attrs, attrLock.String(logattr.Hash(tok.Lock)))
+	}
+	if tok.Revision != 0 {
+		attrs = append(attrs, attrFence.Int64(tok.Revision))
+	}
+	ctx, s := g.tracer.Start(ctx, "fencekit.sqlguard."+op, trace.WithAttributes(attrs...))
+	return ctx, &span{s: s, hide: tok.Lock}
+}
+
+// setInt sets an integer attribute.
+func (s *span) setInt(k attribute.Key, v int) {
+	if s != nil {
+		s.s.SetAttributes(k.Int(v))
+	}
+}
+
+// retried records the retry of a transaction after attempt failed.
+func (s *span) retried(attempt int) {
+	if s != nil {
+		s.s.AddEvent("fencekit.sqlguard.retry", trace.WithAttributes(attrAttempts.Int(attempt)))
+	}
+}
+
+// end records the outcome err and ends the span.
+func (s *span) end(err error) {
+	if s == nil {
+		return
+	}
+	attrs := append(make([]attribute.KeyValue, 0, 6), attrOutcome.String(outcome(err)))
+	if err == nil {
+		s.s.SetAttributes(attrs...)
+		s.s.End()
+		return
+	}
+	hide := []string{s.hide}
+	var stale *StaleError
+	var cl *ClusterError
+	var wrong *WrongLockError
+	var dup *DuplicateError
+	var unv *UnverifiedError
+	switch {
+	case errors.As(err, &unv):
+		hide = append(hide, unv.Token.Lock)
+	case errors.As(err, &cl):
+		attrs = append(attrs, attrResource.String(cl.Resource), attrMark.Int64(cl.Current.Revision),
+			attrMarkCluster.String(cl.MarkCluster), attrCluster.String(cl.Cluster))
+	case errors.As(err, &stale):
+		attrs = append(attrs, attrResource.String(stale.Resource), attrMark.Int64(stale.Current.Revision))
+		if stale.Token.Lock != stale.Current.Lock {
+			attrs = append(attrs, attrLock.String(logattr.Hash(stale.Current.Lock)),
+				attrFenceLock.String(logattr.Hash(stale.Token.Lock)))
+		}
+	case errors.As(err, &wrong):
+		hide = append(hide, wrong.Want)
+		attrs = append(attrs, attrResource.String(wrong.Resource), attrLock.String(logattr.Hash(wrong.Want)),
+			attrFenceLock.String(logattr.Hash(wrong.Token.Lock)))
+	case errors.As(err, &dup):
+		hide = append(hide, dup.RequestID)
+	}
+	s.s.SetAttributes(attrs...)
+	s.s.SetStatus(otelcodes.Error, statusText(err, hide))
+	s.s.End()
+}
+
+// statusText describes the refusal err for a span's status without the
+// strings in hide (lock names, idempotency keys) nor row keys.
+func statusText(err error, hide []string) string {
+	switch outcome(err) {
+	case "stale":
+		if errors.Is(err, ErrOtherCluster) {
+			return "sqlguard: stale fencing token: the mark is another etcd cluster's; see ResetMark"
+		}
+		return "sqlguard: stale fencing token"
+	case "wrong_lock":
+		return "sqlguard: fencing token for another lock"
+	case "not_found":
+		return "sqlguard: no row matches"
+	case "duplicate":
+		return "sqlguard: duplicate request"
+	}
+	return redact(err.Error(), hide)
+}
+
+// redact replaces each non-empty string of hide in s by its hash: raw,
+// as %q quotes it, and percent-encoded as in a token's text form.
+func redact(s string, hide []string) string {
+	var pairs []string
+	for _, v := range hide {
+		if v == "" {
+			continue
+		}
+		h := logattr.Hash(v)
+		q := strconv.Quote(v)
+		enc := strings.TrimPrefix(fence.Token{Revision: 1, Lock: v}.String(), "1:")
+		// Longer forms first: strings.Replacer tries the pairs in order.
+		pairs = append(pairs, q[1:len(q)-1], h, enc, h, v, h)
+	}
+	if len(pairs) == 0 {
+		return s
+	}
+	return strings.NewReplacer(pairs...).Replace(s)
+}
