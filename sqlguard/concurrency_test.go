@@ -22,7 +22,7 @@ const blockedFor = 250 * time.Millisecond
 
 // holder begins a transaction that fences resource with tk and keeps it
 // open.
-func (e *env) holder(tk int64, resource string) *sql.Tx {
+func (e *env) holder(tk int64, resource string) *testTx {
 	e.t.Helper()
 	ctx := context.Background()
 	tx := e.begin(ctx)
@@ -204,7 +204,7 @@ func TestOppositeOrders(t *testing.T) {
 					slices.Reverse(rs)
 				}
 				for range 10 {
-					err := e.g.RunTx(ctx, e.db, nil, tok(5), rs, func(ctx context.Context, tx *sql.Tx) error {
+					err := e.g.RunTx(ctx, e.db, nil, tok(5), rs, func(ctx context.Context, tx *testTx) error {
 						time.Sleep(time.Millisecond)
 						return nil
 					})
@@ -235,7 +235,7 @@ func TestRetryableUnderSnapshot(t *testing.T) {
 		case sqlguard.PostgreSQL:
 			opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
 		case sqlguard.SQLite:
-			db = e.be.deferred(t)
+			db = &testDB{DB: e.be.deferred(t)}
 		default:
 			var v string
 			if err := e.db.QueryRow("SELECT version()").Scan(&v); err != nil {
@@ -248,11 +248,12 @@ func TestRetryableUnderSnapshot(t *testing.T) {
 			if e.g.Dialect() == sqlguard.MariaDB {
 				cfg.Params = map[string]string{"innodb_snapshot_isolation": "ON"}
 			}
-			db, err = sql.Open("mysql", cfg.FormatDSN())
+			my, err := sql.Open("mysql", cfg.FormatDSN())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer db.Close()
+			defer my.Close()
+			db = &testDB{DB: my}
 		}
 		if err := e.fenceTx(tok(3), "acct"); err != nil {
 			t.Fatal(err)
@@ -298,7 +299,7 @@ func TestRunTxRetries(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		attempts := 0
-		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			attempts++
 			if attempts == 1 {
 				return &sqlguard.RetryableError{Err: errors.New("injected conflict")}
@@ -311,12 +312,9 @@ func TestRunTxRetries(t *testing.T) {
 		if m := e.mark("acct"); m.Seq != 1 {
 			t.Fatalf("mark %+v: the failed attempt left a trace", m)
 		}
-		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithMaxAttempts(3))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithMaxAttempts(3))
 		attempts = 0
-		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			attempts++
 			return &sqlguard.RetryableError{Err: errors.New("injected conflict")}
 		})
@@ -375,9 +373,9 @@ func TestViolationsDetects(t *testing.T) {
 
 // fenceFunc is one way to check a token inside a transaction; it returns
 // the seq the transaction got, or an error.
-type fenceFunc func(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string) (int64, error)
+type fenceFunc func(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (int64, error)
 
-func guarded(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string) (int64, error) {
+func guarded(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (int64, error) {
 	if err := e.g.Fence(ctx, tx, tok(tk), resource); err != nil {
 		return 0, err
 	}
@@ -387,7 +385,7 @@ func guarded(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string)
 
 // naive is the anti-pattern: a plain SELECT, a comparison in Go, an
 // unconditional UPDATE. It is here to prove the stress test can fail.
-func naive(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string) (int64, error) {
+func naive(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (int64, error) {
 	table := e.prefix + "fence"
 	var cur int64
 	if err := tx.QueryRowContext(ctx, "SELECT token FROM "+table+" WHERE resource = "+e.ph(1), resource).Scan(&cur); err != nil {
@@ -435,7 +433,7 @@ func stress(t *testing.T, e *env, f fenceFunc) []commit {
 				tk := max(1, counter.Add(1)+int64(rand.IntN(7))-3)
 				r := resources[(w+i)%len(resources)]
 				var seq int64
-				err := e.g.RunTx(ctx, e.db, nil, tok(tk), nil, func(ctx context.Context, tx *sql.Tx) error {
+				err := e.g.RunTx(ctx, e.db, nil, tok(tk), nil, func(ctx context.Context, tx *testTx) error {
 					var err error
 					if seq, err = f(ctx, e, tx, tk, r); err != nil {
 						return err
