@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // blockedFor is how long a goroutine must stay blocked for the test to
@@ -546,6 +547,139 @@ func TestSavepointRollbackReleasesFence(t *testing.T) {
 		}
 		if m := e.mark("acct"); m.Token.Revision != 7 {
 			t.Fatalf("mark %+v", m)
+		}
+	})
+}
+
+// A real lock-wait timeout (PostgreSQL's 55P03, from SET LOCAL
+// lock_timeout) inside RunTx is retried with the same token and succeeds
+// once the blocker is gone; with one attempt it is returned as a
+// *RetryableError wrapping the server's error.
+func TestRunTxRetriesLockTimeout(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.g.Dialect() != sqlguard.PostgreSQL {
+			t.Skip("SET LOCAL lock_timeout and SQLSTATE 55P03 are PostgreSQL's")
+		}
+		ctx := context.Background()
+		acc := e.table("acc", "id KEY, balance BIGINT NOT NULL")
+		e.exec("INSERT INTO " + acc + " (id, balance) VALUES ('alice', 100)")
+		block := func() *testTx {
+			tx := e.begin(ctx)
+			if _, err := tx.ExecContext(ctx, "UPDATE "+acc+" SET balance = balance WHERE id = 'alice'"); err != nil {
+				t.Fatal(err)
+			}
+			return tx
+		}
+		deposit := func(ctx context.Context, tx *testTx) error {
+			if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '100ms'"); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "UPDATE "+acc+" SET balance = balance + 1 WHERE id = 'alice'")
+			return err
+		}
+		blocker := block()
+		defer blocker.Rollback()
+		attempts := 0
+		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
+			attempts++
+			if attempts == 2 {
+				if err := blocker.Rollback(); err != nil {
+					return err
+				}
+			}
+			return deposit(ctx, tx)
+		})
+		if err != nil || attempts < 2 {
+			t.Fatalf("RunTx: %v after %d attempts, want success after a retry", err, attempts)
+		}
+		g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithMaxAttempts(1))
+		blocker2 := block()
+		defer blocker2.Rollback()
+		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, deposit)
+		var re *sqlguard.RetryableError
+		var pe *pgconn.PgError
+		if !errors.As(err, &re) || !errors.As(err, &pe) || pe.Code != "55P03" {
+			t.Fatalf("one attempt: got %v, want *RetryableError wrapping 55P03", err)
+		}
+	})
+}
+
+// Serializable transactions that read and fence the same resource
+// conflict with 40001, and RunTx retries them: every one commits or is
+// stale, and the mark counts the commits.
+func TestRunTxSerializable(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.g.Dialect() != sqlguard.PostgreSQL {
+			t.Skip("the serialization failure 40001 under SERIALIZABLE is PostgreSQL's")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		const n = 6
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				errs <- e.g.RunTx(ctx, e.db, &sql.TxOptions{Isolation: sql.LevelSerializable}, tok(int64(10+i)), []string{"acct"},
+					func(ctx context.Context, tx *testTx) error {
+						_, err := e.g.Mark(ctx, tx, "acct")
+						time.Sleep(5 * time.Millisecond)
+						return err
+					})
+			}()
+		}
+		var ok, stale int
+		for range n {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case errors.Is(err, sqlguard.ErrStale):
+				stale++
+			default:
+				t.Errorf("RunTx: %v", err)
+			}
+		}
+		if ok == 0 {
+			t.Fatalf("no transaction committed (%d stale)", stale)
+		}
+		if m := e.mark("acct"); m.Token.Revision > 10+n-1 || int(m.Seq) != ok {
+			t.Fatalf("mark %+v after %d commits", m, ok)
+		}
+	})
+}
+
+// A concurrent Record of the same key waits for the first transaction:
+// duplicate when it commits, recorded when it rolls back.
+func TestRecordWaits(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, commit := range []bool{true, false} {
+			key := fmt.Sprintf("req-commit=%v", commit)
+			first := e.begin(ctx)
+			if err := e.g.Record(ctx, first, key); err != nil {
+				t.Fatal(err)
+			}
+			ch := make(chan error, 1)
+			go func() {
+				ch <- e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
+					return e.g.Record(ctx, tx, key)
+				})
+			}()
+			mustBlock(t, ch)
+			var err error
+			if commit {
+				err = first.Commit()
+			} else {
+				err = first.Rollback()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = result(t, ch)
+			if commit && !errors.Is(err, sqlguard.ErrDuplicate) {
+				t.Fatalf("after the first committed: got %v, want ErrDuplicate", err)
+			}
+			if !commit && err != nil {
+				t.Fatalf("after the first rolled back: %v", err)
+			}
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -62,7 +63,7 @@ func backends() []backend {
 			if conns > 0 {
 				db.SetMaxOpenConns(conns)
 			}
-			return &testDB{DB: db, pool: openPgxPool(t, env, bouncer, conns)}
+			return &testDB{DB: db, pool: testkit.PgxPool(t, env, bouncer, int32(conns))}
 		}
 	}
 	return []backend{

@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/sqlguard"
@@ -33,13 +31,21 @@ type testDB struct {
 // BeginTx begins a transaction on the backend's path.
 func (d *testDB) BeginTx(ctx context.Context, opts *sql.TxOptions) (*testTx, error) {
 	if d.pool != nil {
-		tx, err := d.pool.BeginTx(ctx, pgxTxOptions(opts))
+		return beginTx(ctx, opts, nil, d.pool)
+	}
+	return beginTx(ctx, opts, d.DB, nil)
+}
+
+// beginTx begins a transaction on p, or on s when p is nil.
+func beginTx(ctx context.Context, opts *sql.TxOptions, s sqlguard.Beginner, p pgxguard.Beginner) (*testTx, error) {
+	if p != nil {
+		tx, err := p.BeginTx(ctx, pgxTxOptions(opts))
 		if err != nil {
 			return nil, err
 		}
 		return &testTx{pgx: tx}, nil
 	}
-	tx, err := d.DB.BeginTx(ctx, opts)
+	tx, err := s.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,17 +76,9 @@ type testConn struct {
 
 func (c *testConn) BeginTx(ctx context.Context, opts *sql.TxOptions) (*testTx, error) {
 	if c.pgx != nil {
-		tx, err := c.pgx.BeginTx(ctx, pgxTxOptions(opts))
-		if err != nil {
-			return nil, err
-		}
-		return &testTx{pgx: tx}, nil
+		return beginTx(ctx, opts, nil, c.pgx)
 	}
-	tx, err := c.sql.BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return &testTx{sql: tx}, nil
+	return beginTx(ctx, opts, c.sql, nil)
 }
 
 func (c *testConn) Close() error {
@@ -179,20 +177,25 @@ func onPath(t *testing.T, be backend, g *sqlguard.Guard) *testGuard {
 	return &testGuard{sg: g, pg: pg}
 }
 
-// sq returns the database/sql handle of q.
-func sq(q any) sqlguard.DBTX {
+// handles returns q's database/sql and pgx handles: nil for nil, the
+// pool or the transaction of a *testDB or *testTx (only the one of the
+// backend's path is set).
+func handles(q any) (sqlguard.DBTX, pgxguard.DBTX) {
 	switch q := q.(type) {
 	case nil:
-		return nil
+		return nil, nil
 	case *testDB:
-		return q.DB
+		return q.DB, q.pool
 	case *testTx:
-		return q.sql
+		return q.sql, q.pgx
 	}
-	panic(fmt.Sprintf("no database/sql handle for %T", q))
+	panic(fmt.Sprintf("no handle for %T", q))
 }
 
-// sb returns the database/sql Beginner of q.
+func sq(q any) sqlguard.DBTX { s, _ := handles(q); return s }
+func pq(q any) pgxguard.DBTX { _, p := handles(q); return p }
+
+// sb and pb return the Beginner of a *testDB or nil, on each path.
 func sb(q any) sqlguard.Beginner {
 	if q == nil {
 		return nil
@@ -200,20 +203,6 @@ func sb(q any) sqlguard.Beginner {
 	return q.(*testDB).DB
 }
 
-// pq returns the pgx handle of q.
-func pq(q any) pgxguard.DBTX {
-	switch q := q.(type) {
-	case nil:
-		return nil
-	case *testDB:
-		return q.pool
-	case *testTx:
-		return q.pgx
-	}
-	panic(fmt.Sprintf("no pgx handle for %T", q))
-}
-
-// pb returns the pgx Beginner of q.
 func pb(q any) pgxguard.Beginner {
 	if q == nil {
 		return nil
@@ -322,39 +311,4 @@ func (g *testGuard) Bind(ctx context.Context, q any, resource, lock string) erro
 		return g.pg.Bind(ctx, pq(q), resource, lock)
 	}
 	return g.sg.Bind(ctx, sq(q), resource, lock)
-}
-
-// openPgxPool opens a pool on the DSN of env, with at most conns
-// connections when conns > 0. Behind PgBouncer (bouncer) the test's own
-// statements run with QueryExecModeExec, as the package doc tells users
-// to; directly they use pgx's default, the statement cache.
-func openPgxPool(t *testing.T, env string, bouncer bool, conns int) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsnOrSkip(t, env))
-	if err != nil {
-		t.Fatalf("parse %s: %v", env, err)
-	}
-	if bouncer {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	}
-	if conns > 0 {
-		cfg.MaxConns = int32(conns)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		if os.Getenv(envRequire) == "1" {
-			t.Fatalf("%s unreachable: %v", env, err)
-		}
-		t.Skipf("%s unreachable: %v", env, err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
