@@ -3,19 +3,21 @@ package sqlguard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/fencekit/fencekit/sqlguard"
 )
 
-// TestStatementCacheAcrossMigrate: through pgx/v5/stdlib, whose
-// connections cache prepared statements, a column type changed under
-// cached statements makes the next run fail once with SQLSTATE 0A000
-// ("cached plan must not change result type"). sqlguard classifies that
-// as retryable, so RunTx runs the transaction again and gets the new
-// schema's results. On the pgx path sqlguard's statements are not cached
-// at all, and behind PgBouncer nothing is: there the results must be the
-// same, without a retry. Every PostgreSQL backend runs on one connection,
+// TestStatementCacheAcrossMigrate: a column type changed under cached
+// prepared statements makes the next run of each fail once with SQLSTATE
+// 0A000 ("cached plan must not change result type"). sqlguard classifies
+// that as retryable, so RunTx runs the transaction again and gets the new
+// schema's results. The transaction runs the caller's own SELECT and a
+// fenced Update: through pgx/v5/stdlib both are cached; on the pgx path
+// only the caller's is (sqlguard's statements run unprepared); behind
+// PgBouncer the connections cache nothing, and the results must be the
+// same without a retry. Every PostgreSQL backend runs on one connection,
 // so that its cache is the one hit.
 func TestStatementCacheAcrossMigrate(t *testing.T) {
 	for _, be := range backends() {
@@ -32,8 +34,18 @@ func testStatementCacheAcrossMigrate(t *testing.T, e *env) {
 	if _, err := e.db.Exec("INSERT INTO " + jobs + " (id, state) VALUES ('j1', 'queued')"); err != nil {
 		t.Fatal(err)
 	}
+	attempts := 0
 	stale := func() error {
+		attempts = 0
 		return e.g.RunTx(ctx, e.db, nil, tok(6), nil, func(ctx context.Context, tx *testTx) error {
+			attempts++
+			// The caller's own statement, cached where the connection
+			// caches: by pgx on the pgx path, by pgx/v5/stdlib on
+			// database/sql.
+			var f int64
+			if err := tx.QueryRowContext(ctx, "SELECT fence FROM "+jobs+" WHERE id = $1", "j1").Scan(&f); err != nil {
+				return err
+			}
 			_, err := e.g.Update(ctx, tx, tok(6), sqlguard.RowUpdate{Table: jobs, Set: []sqlguard.Assign{{Column: "state", Value: "x"}},
 				Where: "id = $1", WhereArgs: []any{"j1"}})
 			return err
@@ -55,5 +67,21 @@ func testStatementCacheAcrossMigrate(t *testing.T, e *env) {
 	var se *sqlguard.StaleError
 	if err := stale(); !errors.As(err, &se) || se.Current.Revision != 7 || se.Row == "" {
 		t.Fatalf("after the migration: got %v, want ErrStale at 7", err)
+	}
+	// Each cached statement whose result type changed fails once, and
+	// RunTx retries: through pgx/v5/stdlib the caller's SELECT and
+	// sqlguard's statements (3 attempts or more); on the pgx path only the
+	// caller's SELECT (2); behind PgBouncer none (1).
+	switch {
+	case strings.HasSuffix(e.be.name, "-pgbouncer"):
+		if attempts != 1 {
+			t.Fatalf("after the migration, behind PgBouncer: %d attempts, want 1", attempts)
+		}
+	case e.be.pgx:
+		if attempts != 2 {
+			t.Fatalf("after the migration, on pgx: %d attempts, want 2 (sqlguard's statements are not cached)", attempts)
+		}
+	case attempts < 2:
+		t.Fatalf("after the migration: %d attempts; the statement cache was not hit", attempts)
 	}
 }

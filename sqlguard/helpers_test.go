@@ -59,11 +59,9 @@ func backends() []backend {
 	}
 	viaPgx := func(env string, bouncer bool, open func(t *testing.T) *sql.DB) func(*testing.T, int) *testDB {
 		return func(t *testing.T, conns int) *testDB {
-			db := open(t)
-			if conns > 0 {
-				db.SetMaxOpenConns(conns)
-			}
-			return &testDB{DB: db, pool: testkit.PgxPool(t, env, bouncer, int32(conns))}
+			db := viaSQL(open)(t, conns)
+			db.pool = testkit.PgxPool(t, env, bouncer, int32(conns))
+			return db
 		}
 	}
 	return []backend{

@@ -28,9 +28,8 @@ func (e *env) observed() (*prometheus.Registry, *bytes.Buffer) {
 	e.t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	var buf bytes.Buffer
-	g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
+	e.g = e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
 		sqlguard.WithMetrics(reg), sqlguard.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
-	e.g = g
 	return reg, &buf
 }
 
