@@ -15,6 +15,9 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/sqlguard"
+	"github.com/fencekit/fencekit/sqlguard/pgxguard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite"
 )
 
@@ -23,7 +26,11 @@ import (
 // (http), and sqlguard's guarded UPDATE against a plain UPDATE, in
 // row-column mode (-rowcol: one statement) and in fence-table mode
 // (-table: a transaction, against the plain UPDATE in a transaction), on
-// SQLite and, when FENCEKIT_PG_DSN is set, PostgreSQL.
+// SQLite and, when FENCEKIT_PG_DSN is set, PostgreSQL. On PostgreSQL the
+// same rows also interleave the pgx-native path: sqlguard/pgxguard on a
+// *pgxpool.Pool (fencekit-pgx) against the same plain UPDATE through pgx
+// with its default statement cache (floor-pgx), so the four arms of a row
+// alternate in one process.
 func BenchmarkGuard(b *testing.B) {
 	tok := fence.Token{Lock: "acct", Revision: 42}
 	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -138,44 +145,98 @@ func benchSQL(b *testing.B, name, driver, dsn string, tok fence.Token) {
 	plain := "UPDATE bench_accounts SET balance = " + ph(1) + " WHERE id = " + ph(2)
 	i := 0
 	p := plan{rounds: 20, ops: 100, warmup: 100}
-	b.Run(name+"-rowcol", func(b *testing.B) {
-		interleave(b, p, []arm{
-			{"fencekit", loop(func() error {
-				i++
-				u := sqlguard.RowUpdate{Table: "bench_accounts", Column: "fence",
-					Set:   []sqlguard.Assign{{Column: "balance", Value: i}},
-					Where: "id = " + ph(1), WhereArgs: []any{1}, Single: true}
-				_, err := g.Update(ctx, db, tok, u)
+	rowcol := []arm{
+		{"fencekit", loop(func() error {
+			i++
+			u := sqlguard.RowUpdate{Table: "bench_accounts", Column: "fence",
+				Set:   []sqlguard.Assign{{Column: "balance", Value: i}},
+				Where: "id = " + ph(1), WhereArgs: []any{1}, Single: true}
+			_, err := g.Update(ctx, db, tok, u)
+			return err
+		})},
+		{"floor", loop(func() error {
+			i++
+			_, err := db.ExecContext(ctx, plain, i, 1)
+			return err
+		})},
+	}
+	table := []arm{
+		{"fencekit", loop(func() error {
+			i++
+			return g.RunTx(ctx, db, nil, tok, []string{"bench-acct-1"}, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, plain, i, 1)
 				return err
-			})},
-			{"floor", loop(func() error {
-				i++
-				_, err := db.ExecContext(ctx, plain, i, 1)
+			})
+		})},
+		{"floor", loop(func() error {
+			i++
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
 				return err
-			})},
-		}, [][2]string{{"fencekit", "floor"}})
-	})
-	b.Run(name+"-table", func(b *testing.B) {
-		interleave(b, p, []arm{
-			{"fencekit", loop(func() error {
-				i++
-				return g.RunTx(ctx, db, nil, tok, []string{"bench-acct-1"}, func(ctx context.Context, tx *sql.Tx) error {
-					_, err := tx.ExecContext(ctx, plain, i, 1)
-					return err
-				})
-			})},
-			{"floor", loop(func() error {
-				i++
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				if _, err := tx.ExecContext(ctx, plain, i, 1); err != nil {
-					tx.Rollback()
-					return err
-				}
-				return tx.Commit()
-			})},
-		}, [][2]string{{"fencekit", "floor"}})
-	})
+			}
+			if _, err := tx.ExecContext(ctx, plain, i, 1); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})},
+	}
+	pairs := [][2]string{{"fencekit", "floor"}}
+	if g.Dialect() == sqlguard.PostgreSQL {
+		rc, tb := pgxArms(b, dsn, g, tok, plain)
+		rowcol, table = append(rowcol, rc...), append(table, tb...)
+		pairs = append(pairs, [2]string{"fencekit-pgx", "floor-pgx"})
+	}
+	b.Run(name+"-rowcol", func(b *testing.B) { interleave(b, p, rowcol, pairs) })
+	b.Run(name+"-table", func(b *testing.B) { interleave(b, p, table, pairs) })
+}
+
+// pgxArms returns the pgx-native arms of the PostgreSQL rows: g's tables
+// through pgxguard on a *pgxpool.Pool (fencekit-pgx), and the plain UPDATE
+// on the same pool (floor-pgx), in pgx's default mode, which caches the
+// plain UPDATE as a prepared statement; sqlguard's own statements run
+// unprepared (QueryExecModeExec). The pool closes when b ends.
+func pgxArms(b *testing.B, dsn string, g *sqlguard.Guard, tok fence.Token, plain string) (rowcol, table []arm) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	pg, err := pgxguard.Wrap(g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	rowcol = []arm{
+		{"fencekit-pgx", loop(func() error {
+			i++
+			_, err := pg.Update(ctx, pool, tok, sqlguard.RowUpdate{Table: "bench_accounts", Column: "fence",
+				Set:   []sqlguard.Assign{{Column: "balance", Value: i}},
+				Where: "id = $1", WhereArgs: []any{1}, Single: true})
+			return err
+		})},
+		{"floor-pgx", loop(func() error {
+			i++
+			_, err := pool.Exec(ctx, plain, i, 1)
+			return err
+		})},
+	}
+	table = []arm{
+		{"fencekit-pgx", loop(func() error {
+			i++
+			return pg.RunTx(ctx, pool, pgx.TxOptions{}, tok, []string{"bench-acct-1"}, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plain, i, 1)
+				return err
+			})
+		})},
+		{"floor-pgx", loop(func() error {
+			i++
+			return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plain, i, 1)
+				return err
+			})
+		})},
+	}
+	return rowcol, table
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // blockedFor is how long a goroutine must stay blocked for the test to
@@ -22,7 +23,7 @@ const blockedFor = 250 * time.Millisecond
 
 // holder begins a transaction that fences resource with tk and keeps it
 // open.
-func (e *env) holder(tk int64, resource string) *sql.Tx {
+func (e *env) holder(tk int64, resource string) *testTx {
 	e.t.Helper()
 	ctx := context.Background()
 	tx := e.begin(ctx)
@@ -204,7 +205,7 @@ func TestOppositeOrders(t *testing.T) {
 					slices.Reverse(rs)
 				}
 				for range 10 {
-					err := e.g.RunTx(ctx, e.db, nil, tok(5), rs, func(ctx context.Context, tx *sql.Tx) error {
+					err := e.g.RunTx(ctx, e.db, nil, tok(5), rs, func(ctx context.Context, tx *testTx) error {
 						time.Sleep(time.Millisecond)
 						return nil
 					})
@@ -235,7 +236,7 @@ func TestRetryableUnderSnapshot(t *testing.T) {
 		case sqlguard.PostgreSQL:
 			opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
 		case sqlguard.SQLite:
-			db = e.be.deferred(t)
+			db = &testDB{DB: e.be.deferred(t)}
 		default:
 			var v string
 			if err := e.db.QueryRow("SELECT version()").Scan(&v); err != nil {
@@ -248,11 +249,12 @@ func TestRetryableUnderSnapshot(t *testing.T) {
 			if e.g.Dialect() == sqlguard.MariaDB {
 				cfg.Params = map[string]string{"innodb_snapshot_isolation": "ON"}
 			}
-			db, err = sql.Open("mysql", cfg.FormatDSN())
+			my, err := sql.Open("mysql", cfg.FormatDSN())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer db.Close()
+			defer my.Close()
+			db = &testDB{DB: my}
 		}
 		if err := e.fenceTx(tok(3), "acct"); err != nil {
 			t.Fatal(err)
@@ -298,7 +300,7 @@ func TestRunTxRetries(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		attempts := 0
-		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			attempts++
 			if attempts == 1 {
 				return &sqlguard.RetryableError{Err: errors.New("injected conflict")}
@@ -311,12 +313,9 @@ func TestRunTxRetries(t *testing.T) {
 		if m := e.mark("acct"); m.Seq != 1 {
 			t.Fatalf("mark %+v: the failed attempt left a trace", m)
 		}
-		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithMaxAttempts(3))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithMaxAttempts(3))
 		attempts = 0
-		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			attempts++
 			return &sqlguard.RetryableError{Err: errors.New("injected conflict")}
 		})
@@ -375,9 +374,9 @@ func TestViolationsDetects(t *testing.T) {
 
 // fenceFunc is one way to check a token inside a transaction; it returns
 // the seq the transaction got, or an error.
-type fenceFunc func(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string) (int64, error)
+type fenceFunc func(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (int64, error)
 
-func guarded(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string) (int64, error) {
+func guarded(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (int64, error) {
 	if err := e.g.Fence(ctx, tx, tok(tk), resource); err != nil {
 		return 0, err
 	}
@@ -387,7 +386,7 @@ func guarded(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string)
 
 // naive is the anti-pattern: a plain SELECT, a comparison in Go, an
 // unconditional UPDATE. It is here to prove the stress test can fail.
-func naive(ctx context.Context, e *env, tx *sql.Tx, tk int64, resource string) (int64, error) {
+func naive(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (int64, error) {
 	table := e.prefix + "fence"
 	var cur int64
 	if err := tx.QueryRowContext(ctx, "SELECT token FROM "+table+" WHERE resource = "+e.ph(1), resource).Scan(&cur); err != nil {
@@ -435,7 +434,7 @@ func stress(t *testing.T, e *env, f fenceFunc) []commit {
 				tk := max(1, counter.Add(1)+int64(rand.IntN(7))-3)
 				r := resources[(w+i)%len(resources)]
 				var seq int64
-				err := e.g.RunTx(ctx, e.db, nil, tok(tk), nil, func(ctx context.Context, tx *sql.Tx) error {
+				err := e.g.RunTx(ctx, e.db, nil, tok(tk), nil, func(ctx context.Context, tx *testTx) error {
 					var err error
 					if seq, err = f(ctx, e, tx, tk, r); err != nil {
 						return err
@@ -548,6 +547,139 @@ func TestSavepointRollbackReleasesFence(t *testing.T) {
 		}
 		if m := e.mark("acct"); m.Token.Revision != 7 {
 			t.Fatalf("mark %+v", m)
+		}
+	})
+}
+
+// A real lock-wait timeout (PostgreSQL's 55P03, from SET LOCAL
+// lock_timeout) inside RunTx is retried with the same token and succeeds
+// once the blocker is gone; with one attempt it is returned as a
+// *RetryableError wrapping the server's error.
+func TestRunTxRetriesLockTimeout(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.g.Dialect() != sqlguard.PostgreSQL {
+			t.Skip("SET LOCAL lock_timeout and SQLSTATE 55P03 are PostgreSQL's")
+		}
+		ctx := context.Background()
+		acc := e.table("acc", "id KEY, balance BIGINT NOT NULL")
+		e.exec("INSERT INTO " + acc + " (id, balance) VALUES ('alice', 100)")
+		block := func() *testTx {
+			tx := e.begin(ctx)
+			if _, err := tx.ExecContext(ctx, "UPDATE "+acc+" SET balance = balance WHERE id = 'alice'"); err != nil {
+				t.Fatal(err)
+			}
+			return tx
+		}
+		deposit := func(ctx context.Context, tx *testTx) error {
+			if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '100ms'"); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "UPDATE "+acc+" SET balance = balance + 1 WHERE id = 'alice'")
+			return err
+		}
+		blocker := block()
+		defer blocker.Rollback()
+		attempts := 0
+		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
+			attempts++
+			if attempts == 2 {
+				if err := blocker.Rollback(); err != nil {
+					return err
+				}
+			}
+			return deposit(ctx, tx)
+		})
+		if err != nil || attempts < 2 {
+			t.Fatalf("RunTx: %v after %d attempts, want success after a retry", err, attempts)
+		}
+		g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithMaxAttempts(1))
+		blocker2 := block()
+		defer blocker2.Rollback()
+		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, deposit)
+		var re *sqlguard.RetryableError
+		var pe *pgconn.PgError
+		if !errors.As(err, &re) || !errors.As(err, &pe) || pe.Code != "55P03" {
+			t.Fatalf("one attempt: got %v, want *RetryableError wrapping 55P03", err)
+		}
+	})
+}
+
+// Serializable transactions that read and fence the same resource
+// conflict with 40001, and RunTx retries them: every one commits or is
+// stale, and the mark counts the commits.
+func TestRunTxSerializable(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.g.Dialect() != sqlguard.PostgreSQL {
+			t.Skip("the serialization failure 40001 under SERIALIZABLE is PostgreSQL's")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		const n = 6
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				errs <- e.g.RunTx(ctx, e.db, &sql.TxOptions{Isolation: sql.LevelSerializable}, tok(int64(10+i)), []string{"acct"},
+					func(ctx context.Context, tx *testTx) error {
+						_, err := e.g.Mark(ctx, tx, "acct")
+						time.Sleep(5 * time.Millisecond)
+						return err
+					})
+			}()
+		}
+		var ok, stale int
+		for range n {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case errors.Is(err, sqlguard.ErrStale):
+				stale++
+			default:
+				t.Errorf("RunTx: %v", err)
+			}
+		}
+		if ok == 0 {
+			t.Fatalf("no transaction committed (%d stale)", stale)
+		}
+		if m := e.mark("acct"); m.Token.Revision > 10+n-1 || int(m.Seq) != ok {
+			t.Fatalf("mark %+v after %d commits", m, ok)
+		}
+	})
+}
+
+// A concurrent Record of the same key waits for the first transaction:
+// duplicate when it commits, recorded when it rolls back.
+func TestRecordWaits(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, commit := range []bool{true, false} {
+			key := fmt.Sprintf("req-commit=%v", commit)
+			first := e.begin(ctx)
+			if err := e.g.Record(ctx, first, key); err != nil {
+				t.Fatal(err)
+			}
+			ch := make(chan error, 1)
+			go func() {
+				ch <- e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
+					return e.g.Record(ctx, tx, key)
+				})
+			}()
+			mustBlock(t, ch)
+			var err error
+			if commit {
+				err = first.Commit()
+			} else {
+				err = first.Rollback()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = result(t, ch)
+			if commit && !errors.Is(err, sqlguard.ErrDuplicate) {
+				t.Fatalf("after the first committed: got %v, want ErrDuplicate", err)
+			}
+			if !commit && err != nil {
+				t.Fatalf("after the first rolled back: %v", err)
+			}
 		}
 	})
 }

@@ -270,12 +270,14 @@ func TestDetect(t *testing.T) {
 		"sqlite":                {sqlguard.SQLite},
 		"postgres":              {sqlguard.PostgreSQL},
 		"postgres-pgbouncer":    {sqlguard.PostgreSQL},
+		"pgx":                   {sqlguard.PostgreSQL},
+		"pgx-pgbouncer":         {sqlguard.PostgreSQL},
 		"mysql-foundrows=false": {sqlguard.MariaDB, sqlguard.MySQL},
 		"mysql-foundrows=true":  {sqlguard.MariaDB, sqlguard.MySQL},
 	}
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
-			db := be.open(t)
+			db := be.open(t, 0)
 			d, err := sqlguard.Detect(context.Background(), db)
 			if err != nil {
 				t.Fatal(err)
@@ -396,10 +398,7 @@ func TestMigrateTableOnly(t *testing.T) {
 		ctx := context.Background()
 		fences, reqs := e.prefix+"only", e.prefix+"only_req"
 		e.tables = append(e.tables, fences, reqs)
-		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(fences))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := e.newGuard(sqlguard.WithTable(fences))
 		if n := len(g.Schema()); n != 1 {
 			t.Fatalf("Schema with WithTable only: %d statements, want 1", n)
 		}
@@ -409,10 +408,7 @@ func TestMigrateTableOnly(t *testing.T) {
 		if err := g.CheckSchema(ctx, e.db); err != nil {
 			t.Fatalf("CheckSchema: %v", err)
 		}
-		both, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(fences), sqlguard.WithRequestTable(reqs))
-		if err != nil {
-			t.Fatal(err)
-		}
+		both := e.newGuard(sqlguard.WithTable(fences), sqlguard.WithRequestTable(reqs))
 		if err := both.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
 			t.Fatalf("request table exists after a fence-table-only Migrate: CheckSchema = %v", err)
 		}
@@ -422,10 +418,7 @@ func TestMigrateTableOnly(t *testing.T) {
 		if err := both.CheckSchema(ctx, e.db); err != nil {
 			t.Fatalf("CheckSchema with both: %v", err)
 		}
-		def, err := sqlguard.New(e.g.Dialect())
-		if err != nil {
-			t.Fatal(err)
-		}
+		def := e.newGuard()
 		if n := len(def.Schema()); n != 2 {
 			t.Fatalf("default Schema: %d statements, want 2", n)
 		}
@@ -443,13 +436,9 @@ func TestCluster(t *testing.T) {
 		if err := e.fenceTx(tok(40), "acct"); err != nil { // before any cluster
 			t.Fatal(err)
 		}
-		withCluster := func(id uint64) *sqlguard.Guard {
-			g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
+		withCluster := func(id uint64) *testGuard {
+			return e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
 				sqlguard.WithCluster(id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
 		}
 		oldC, newC := withCluster(0xcdf818194e3a8c32), withCluster(0x1234)
 		if err := oldC.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
@@ -460,7 +449,7 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("Migrate adding cluster_id: %v", err)
 			}
 		}
-		fenceWith := func(g *sqlguard.Guard, tk int64) error {
+		fenceWith := func(g *testGuard, tk int64) error {
 			tx := e.begin(ctx)
 			defer tx.Rollback()
 			if err := g.Fence(ctx, tx, tok(tk), "acct"); err != nil {

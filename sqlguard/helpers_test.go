@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -33,23 +34,45 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// backend is one database configuration every test runs against.
+// backend is one database configuration every test runs against, and the
+// path the Guard takes to it (paths_test.go).
 type backend struct {
 	name string
-	// open returns a fresh *sql.DB, closed on cleanup, or skips/fails.
-	open func(t *testing.T) *sql.DB
+	// pgx: the Guard under test is a *pgxguard.Guard on a *pgxpool.Pool.
+	pgx bool
+	// open returns a fresh database, closed on cleanup, or skips/fails;
+	// conns > 0 limits its connections (each pool's, on the pgx path).
+	open func(t *testing.T, conns int) *testDB
 	// deferred opens SQLite without _txlock=immediate (nil elsewhere).
 	deferred func(t *testing.T) *sql.DB
 }
 
 func backends() []backend {
+	viaSQL := func(open func(t *testing.T) *sql.DB) func(*testing.T, int) *testDB {
+		return func(t *testing.T, conns int) *testDB {
+			db := open(t)
+			if conns > 0 {
+				db.SetMaxOpenConns(conns)
+			}
+			return &testDB{DB: db}
+		}
+	}
+	viaPgx := func(env string, bouncer bool, open func(t *testing.T) *sql.DB) func(*testing.T, int) *testDB {
+		return func(t *testing.T, conns int) *testDB {
+			db := viaSQL(open)(t, conns)
+			db.pool = testkit.PgxPool(t, env, bouncer, int32(conns))
+			return db
+		}
+	}
 	return []backend{
-		{name: "sqlite", open: func(t *testing.T) *sql.DB { return openSQLite(t, true) },
+		{name: "sqlite", open: viaSQL(func(t *testing.T) *sql.DB { return openSQLite(t, true) }),
 			deferred: func(t *testing.T) *sql.DB { return openSQLite(t, false) }},
-		{name: "postgres", open: openPG},
-		{name: "postgres-pgbouncer", open: openPgBouncer},
-		{name: "mysql-foundrows=false", open: func(t *testing.T) *sql.DB { return openMySQL(t, false) }},
-		{name: "mysql-foundrows=true", open: func(t *testing.T) *sql.DB { return openMySQL(t, true) }},
+		{name: "postgres", open: viaSQL(openPG)},
+		{name: "postgres-pgbouncer", open: viaSQL(openPgBouncer)},
+		{name: "pgx", pgx: true, open: viaPgx(envPG, false, openPG)},
+		{name: "pgx-pgbouncer", pgx: true, open: viaPgx(envPgBouncer, true, openPgBouncer)},
+		{name: "mysql-foundrows=false", open: viaSQL(func(t *testing.T) *sql.DB { return openMySQL(t, false) })},
+		{name: "mysql-foundrows=true", open: viaSQL(func(t *testing.T) *sql.DB { return openMySQL(t, true) })},
 	}
 }
 
@@ -165,8 +188,8 @@ func openMySQL(t *testing.T, foundRows bool) *sql.DB {
 type env struct {
 	t      *testing.T
 	be     backend
-	db     *sql.DB
-	g      *sqlguard.Guard
+	db     *testDB
+	g      *testGuard
 	prefix string
 	tables []string
 }
@@ -190,21 +213,38 @@ func forEach(t *testing.T, f func(t *testing.T, e *env)) {
 
 func newEnv(t *testing.T, be backend) *env {
 	t.Helper()
-	db := be.open(t)
+	return newEnvConns(t, be, 0)
+}
+
+// newEnvConns is newEnv on a database limited to conns connections
+// (unlimited for 0).
+func newEnvConns(t *testing.T, be backend, conns int) *env {
+	t.Helper()
+	db := be.open(t, conns)
 	e := &env{t: t, be: be, db: db, prefix: "sgt_" + uniq() + "_"}
 	ctx := context.Background()
-	g, err := sqlguard.Open(ctx, db,
+	g, err := sqlguard.Open(ctx, db.DB,
 		sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	e.g = g
+	e.g = onPath(t, be, g)
 	e.tables = append(e.tables, e.prefix+"fence", e.prefix+"req")
 	t.Cleanup(e.drop)
-	if err := g.Migrate(ctx, db); err != nil {
+	if err := e.g.Migrate(ctx, db); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return e
+}
+
+// newGuard returns a Guard for e's dialect with opts, on e's path.
+func (e *env) newGuard(opts ...sqlguard.Option) *testGuard {
+	e.t.Helper()
+	g, err := sqlguard.New(e.g.Dialect(), opts...)
+	if err != nil {
+		e.t.Fatalf("New: %v", err)
+	}
+	return onPath(e.t, e.be, g)
 }
 
 func (e *env) drop() {
@@ -245,7 +285,7 @@ func (e *env) ph(i int) string {
 }
 
 // begin starts a transaction or fails the test.
-func (e *env) begin(ctx context.Context) *sql.Tx {
+func (e *env) begin(ctx context.Context) *testTx {
 	e.t.Helper()
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {

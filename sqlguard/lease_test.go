@@ -2,7 +2,6 @@ package sqlguard_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -45,7 +44,7 @@ func TestLeaseEndToEnd(t *testing.T) {
 
 			name := "accounts-" + e.prefix
 			write := func(l *lease.Lease, who string, amount int) error {
-				return e.g.RunTx(ctx, e.db, nil, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx *sql.Tx) error {
+				return e.g.RunTx(ctx, e.db, nil, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx *testTx) error {
 					_, err := tx.ExecContext(ctx, "UPDATE "+accounts+" SET owner = "+e.ph(1)+", balance = balance + "+e.ph(2)+
 						" WHERE id = 'alice'", who, amount)
 					return err

@@ -3,7 +3,6 @@ package sqlguard_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -29,12 +28,8 @@ func (e *env) observed() (*prometheus.Registry, *bytes.Buffer) {
 	e.t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	var buf bytes.Buffer
-	g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
+	e.g = e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
 		sqlguard.WithMetrics(reg), sqlguard.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
-	if err != nil {
-		e.t.Fatalf("New with metrics: %v", err)
-	}
-	e.g = g
 	return reg, &buf
 }
 
@@ -90,7 +85,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		// RunTx: the first attempt's fn hits a conflict, the second
 		// commits; both attempts' fences count, and one retry.
 		attempts := 0
-		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(context.Context, *sql.Tx) error {
+		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(context.Context, *testTx) error {
 			attempts++
 			if attempts == 1 {
 				return &sqlguard.RetryableError{Err: errors.New("simulated serialization failure")}

@@ -2,7 +2,6 @@ package sqlguard_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -112,7 +111,7 @@ func TestRowUpdateMultiRowAndOr(t *testing.T) {
 		e.exec("INSERT INTO " + items + " (id, val, fence) VALUES ('a', 'old', 3), ('b', 'old', 9), ('c', 'old', 3)")
 		where := "id = " + e.ph(1) + " OR id = " + e.ph(2)
 
-		err := e.g.RunTx(ctx, e.db, nil, tok(5), nil, func(ctx context.Context, tx *sql.Tx) error {
+		err := e.g.RunTx(ctx, e.db, nil, tok(5), nil, func(ctx context.Context, tx *testTx) error {
 			_, err := e.g.Update(ctx, tx, tok(5), sqlguard.RowUpdate{Table: items,
 				Set: []sqlguard.Assign{{Column: "val", Value: "new"}}, Where: where, WhereArgs: []any{"a", "b"}})
 			return err
@@ -283,7 +282,7 @@ func TestRecord(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		apply := func(tk int64, id string) error {
-			return e.g.RunTx(ctx, e.db, nil, tok(tk), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+			return e.g.RunTx(ctx, e.db, nil, tok(tk), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 				return e.g.Record(ctx, tx, id)
 			})
 		}
@@ -303,7 +302,7 @@ func TestRecord(t *testing.T) {
 		}
 		// Rolled back by fn's error: the key is forgotten.
 		boom := errors.New("boom")
-		err = e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+		err = e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			if err := e.g.Record(ctx, tx, "req-3"); err != nil {
 				return err
 			}
@@ -333,11 +332,8 @@ func TestCheckSchema(t *testing.T) {
 		e.exec("CREATE TABLE " + name + " (resource " + nameType + " NOT NULL PRIMARY KEY, lock_key " + nameType +
 			" NOT NULL, token " + textType + " NOT NULL, seq BIGINT NOT NULL)")
 		e.tables = append(e.tables, name)
-		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(name), sqlguard.WithRequestTable(e.prefix+"req"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = g.CheckSchema(ctx, e.db)
+		g := e.newGuard(sqlguard.WithTable(name), sqlguard.WithRequestTable(e.prefix+"req"))
+		err := g.CheckSchema(ctx, e.db)
 		var se *sqlguard.SchemaError
 		if !errors.As(err, &se) || se.Column != "token" {
 			t.Fatalf("text token column: got %v", err)
@@ -348,7 +344,7 @@ func TestCheckSchema(t *testing.T) {
 		if err := e.g.CheckColumn(ctx, e.db, name, "token"); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
 			t.Fatalf("CheckColumn text: got %v", err)
 		}
-		g2, _ := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"absent"))
+		g2 := e.newGuard(sqlguard.WithTable(e.prefix + "absent"))
 		if err := g2.CheckSchema(ctx, e.db); !errors.Is(err, sqlguard.ErrUnsafeSchema) {
 			t.Fatalf("missing table: got %v", err)
 		}
@@ -365,7 +361,7 @@ func TestCheckSchema(t *testing.T) {
 			name := e.prefix + "ci"
 			e.exec("CREATE TABLE " + name + " (resource VARCHAR(255) NOT NULL PRIMARY KEY, lock_key VARCHAR(255) NOT NULL, token BIGINT NOT NULL, seq BIGINT NOT NULL)")
 			e.tables = append(e.tables, name)
-			g, _ := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(name))
+			g := e.newGuard(sqlguard.WithTable(name))
 			if err := g.CheckSchema(ctx, e.db); !errors.As(err, &se) || se.Column != "resource" {
 				t.Fatalf("case-insensitive names: got %v", err)
 			}

@@ -2,7 +2,6 @@ package sqlguard_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -130,11 +129,8 @@ func TestVerifiedRefusesForgedTokens(t *testing.T) {
 			w := newForgeWorld(t, c, other, "items-"+e.prefix)
 			cv := &countingVerifier{v: w.locks.Verifier()}
 			reg := prometheus.NewRegistry()
-			g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
+			g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
 				sqlguard.WithVerifier(cv), sqlguard.WithMetrics(reg))
-			if err != nil {
-				t.Fatal(err)
-			}
 			items := e.table("items", "id KEY, v TEXT, fence BIGINT")
 			e.exec("INSERT INTO " + items + " (id, v, fence) VALUES ('a', 'initial', NULL)")
 			update := func(tok fence.Token, v string) error {
@@ -147,7 +143,7 @@ func TestVerifiedRefusesForgedTokens(t *testing.T) {
 					Key: []sqlguard.Assign{{Column: "id", Value: "b"}}, Set: []sqlguard.Assign{{Column: "v", Value: v}}})
 			}
 			runTx := func(tok fence.Token) error {
-				return g.RunTx(ctx, e.db, nil, tok, []string{"r1", "r2"}, func(ctx context.Context, tx *sql.Tx) error {
+				return g.RunTx(ctx, e.db, nil, tok, []string{"r1", "r2"}, func(ctx context.Context, tx *testTx) error {
 					_, err := tx.ExecContext(ctx, "UPDATE "+items+" SET v = 'tx' WHERE id = 'a'")
 					return err
 				})
@@ -261,10 +257,7 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 			e := newEnv(t, be)
 			ctx := context.Background()
 			w := newForgeWorld(t, c, other, "conc-"+e.prefix)
-			g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithVerifier(w.locks.Verifier()))
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithVerifier(w.locks.Verifier()))
 			var wg sync.WaitGroup
 			errs := make([]error, 50)
 			for i := range errs {
@@ -301,10 +294,7 @@ func TestVerifierUnreachableSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithVerifier(v))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithVerifier(v))
 	proxy.Blackhole()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -324,11 +314,8 @@ func TestResetMarkSQL(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var logs syncLog
-		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"),
+		g := e.newGuard(sqlguard.WithTable(e.prefix+"fence"),
 			sqlguard.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
-		if err != nil {
-			t.Fatal(err)
-		}
 		real, poison := fence.Token{Lock: "orders", Revision: 7}, fence.Token{Lock: "orders", Revision: 1 << 40}
 		if err := g.Claim(ctx, e.db, poison, "r"); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // (metrics sorted by unit, as the testing package prints them).
 const sample = `goos: linux
 BenchmarkGuard/http-2   1   0.00209 fencekit-cpu-ms/op   0.00880 fencekit-ms/op   0.00027 floor-cpu-ms/op   0.000200 floor-ms/op   5000 ops/block   7.3 ratio:fencekit/floor   11.8 ratio:fencekit/floor-max   6.7 ratio:fencekit/floor-min   20 rounds
+BenchmarkGuard/postgres-rowcol-2   1   0.150 fencekit-cpu-ms/op   0.300 fencekit-ms/op   0.120 fencekit-pgx-cpu-ms/op   0.200 fencekit-pgx-ms/op   0.130 floor-cpu-ms/op   0.280 floor-ms/op   0.100 floor-pgx-cpu-ms/op   0.190 floor-pgx-ms/op   100 ops/block   1.07 ratio:fencekit/floor   1.20 ratio:fencekit/floor-max   0.98 ratio:fencekit/floor-min   1.05 ratio:fencekit-pgx/floor-pgx   1.09 ratio:fencekit-pgx/floor-pgx-max   1.01 ratio:fencekit-pgx/floor-pgx-min   20 rounds
+BenchmarkGuard/postgres-table-2   1   0.400 fencekit-ms/op   0.380 fencekit-pgx-ms/op   0.300 floor-ms/op   0.240 floor-pgx-ms/op   100 ops/block   1.33 ratio:fencekit/floor   1.40 ratio:fencekit/floor-max   1.20 ratio:fencekit/floor-min   1.58 ratio:fencekit-pgx/floor-pgx   1.70 ratio:fencekit-pgx/floor-pgx-max   1.45 ratio:fencekit-pgx/floor-pgx-min   20 rounds
 BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   1.90 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.12 ratio:fencekit/etcdmutex   1.30 ratio:fencekit/etcdmutex-max   0.90 ratio:fencekit/etcdmutex-min   1.40 ratio:fencekit/floor   1.80 ratio:fencekit/floor-max   1.30 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
 BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   1.70 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.02 ratio:fencekit/etcdmutex   1.10 ratio:fencekit/etcdmutex-max   0.80 ratio:fencekit/etcdmutex-min   1.00 ratio:fencekit/floor   1.05 ratio:fencekit/floor-max   0.95 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
 BenchmarkCycle/uncontended-2   1   1.30 etcdmutex-cpu-ms/op   1.70 etcdmutex-ms/op   1.40 fencekit-cpu-ms/op   9.00 fencekit-ms/op   1.0 floor-cpu-ms/op   1.20 floor-ms/op   50 ops/block   1.04 ratio:fencekit/etcdmutex   1.12 ratio:fencekit/etcdmutex-max   0.85 ratio:fencekit/etcdmutex-min   1.05 ratio:fencekit/floor   1.09 ratio:fencekit/floor-max   0.97 ratio:fencekit/floor-min   1.08 cpuratio:fencekit/etcdmutex   1.2 cpuratio:fencekit/etcdmutex-max   1.0 cpuratio:fencekit/etcdmutex-min   1.4 cpuratio:fencekit/floor   1.5 cpuratio:fencekit/floor-max   1.3 cpuratio:fencekit/floor-min   20 rounds
@@ -69,6 +71,12 @@ func TestTable(t *testing.T) {
 		"| Handoff | n=64 | fencekit/uncontended | 9.84x (5.40x–13.7x) |  | ≤ 2.00x | **MISSED** |",
 		"| Handoff | n=64 | etcdmutex/fencekit | 0.26x (0.25x–0.31x) |  |  |  |",
 		"| Guard | http | fencekit/floor | 7.30x (6.70x–11.8x) |  | adds < 5 µs (adds 8.6 µs) | **MISSED** |",
+		// the pgx-native arms share the PostgreSQL rows with database/sql's
+		"| Guard | postgres-rowcol | 20 × 100 | 300.0 µs |  | fencekit-pgx: 200.0 µs; floor: 280.0 µs; floor-pgx: 190.0 µs |",
+		"| Guard | postgres-rowcol | fencekit-pgx/floor-pgx | 1.05x (1.01x–1.09x) |  | ≤ 1.10x | met |",
+		"| Guard | postgres-rowcol | fencekit/floor | 1.07x (0.98x–1.20x) |  | ≤ 1.15x | met (median; not every round) |",
+		"| Guard | postgres-table | fencekit-pgx/floor-pgx | 1.58x (1.45x–1.70x) |  | ≤ 1.50x | **MISSED** |",
+		"| Guard | postgres-table | fencekit/floor | 1.33x (1.20x–1.40x) |  | ≤ 1.60x | met |",
 		// other figures
 		"| LossSignal | partition | early_pct | 100 | 66.67 | Done before any other acquisition in 100% of trials | met |",
 		"| LossSignal | partition | margin_ms | 589.4 | -508.4 |  |  |",

@@ -6,12 +6,11 @@ import (
 	"encoding/hex"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/fencekit/fencekit/sqlguard/pgxguard"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 )
@@ -78,36 +77,12 @@ func uniq() string {
 	return hex.EncodeToString(b[:])
 }
 
-// openPool opens a pool on tg. Behind PgBouncer the caller's statements
-// run with QueryExecModeExec, as the package doc tells users to do;
-// directly they use pgx's default, the statement cache.
+// openPool opens a pool on tg (testkit.PgxPool): behind PgBouncer the
+// caller's statements run with QueryExecModeExec, as the package doc tells
+// users to do; directly they use pgx's default, the statement cache.
 func openPool(t *testing.T, tg target) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsnOrSkip(t, tg.env))
-	if err != nil {
-		t.Fatalf("parse %s: %v", tg.env, err)
-	}
-	if tg.bouncer {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	}
-	cfg.MaxConns = 16
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		if os.Getenv(envRequire) == "1" {
-			t.Fatalf("%s unreachable: %v", tg.env, err)
-		}
-		t.Skipf("%s unreachable: %v", tg.env, err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return testkit.PgxPool(t, tg.env, tg.bouncer, 16)
 }
 
 // forEach runs f once per target as a subtest, with migrated tables.
@@ -159,37 +134,6 @@ func (e *env) table(suffix, columns string) string {
 	}
 	e.tables = append(e.tables, name)
 	return name
-}
-
-// fenceTx runs Fence in a transaction of its own and commits when it
-// passes.
-func (e *env) fenceTx(tk fence.Token, resources ...string) error {
-	e.t.Helper()
-	ctx := context.Background()
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		e.t.Fatalf("begin: %v", err)
-	}
-	if err := e.g.Fence(ctx, tx, tk, resources...); err != nil {
-		if rerr := tx.Rollback(ctx); rerr != nil {
-			e.t.Fatalf("rollback: %v", rerr)
-		}
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		e.t.Fatalf("commit: %v", err)
-	}
-	return nil
-}
-
-// mark reads a resource's mark or fails the test.
-func (e *env) mark(resource string) sqlguard.Mark {
-	e.t.Helper()
-	m, err := e.g.Mark(context.Background(), e.pool, resource)
-	if err != nil {
-		e.t.Fatalf("Mark(%q): %v", resource, err)
-	}
-	return m
 }
 
 func tok(rev int64) fence.Token { return fence.Token{Lock: "orders", Revision: rev} }
