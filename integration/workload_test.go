@@ -265,13 +265,14 @@ func (w *lineWorker) loop(ctx context.Context) {
 		}
 		w.hold(ctx, l)
 		for i := range holds {
+			endedBefore := l.Err() != nil
 			// Not owner / not found after a fault: expected, and the
 			// lease has ended.
 			if w.settle(ctx, l, "release", l.Release) != nil {
 				break
 			}
 			if i == holds-1 {
-				w.released(l)
+				w.released(l, endedBefore)
 			}
 		}
 		w.send(evEnded, 0)
@@ -340,12 +341,17 @@ var lossCauses = []struct {
 // retried or not: the lease has ended, as released. A lease that ended as
 // lost instead is reported (evLostRace, with the cause), not failed: lease
 // ends a lease on its own at its local validity deadline or when its
-// session is revoked, and may do so while the Release that deletes its
-// record is on its way; and a retried Release whose first attempt applied
-// may see its own delete reported as ErrKeyDeleted (issue 20, still open
-// when this was written). None of these lets anyone else hold the lock
-// early: the fencing checks above are the safety verdict.
-func (w *lineWorker) released(l *lease.Lease) {
+// session ends, and may do so while the Release that deletes its record is
+// on its way (the first end wins). None of these lets anyone else hold the
+// lock early: the fencing checks above are the safety verdict.
+//
+// endedBefore says the lease had ended before the last Release was called
+// (the worker releases it all the same); such a case is counted under its
+// cause with the suffix "/ended-first", since that Release cannot have
+// decided how the lease ended. "key-deleted/ended-first" is lease
+// returning nil for a Release sent after its record was seen deleted, when
+// a reply was lost on the way (lease/zz_release_repro_test.go).
+func (w *lineWorker) released(l *lease.Lease, endedBefore bool) {
 	t := time.NewTimer(releasedWait)
 	defer t.Stop()
 	cause := ""
@@ -364,6 +370,9 @@ func (w *lineWorker) released(l *lease.Lease) {
 		}
 	case <-t.C:
 		cause = "not-ended"
+	}
+	if endedBefore {
+		cause += "/ended-first"
 	}
 	w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evLostRace, Msg: cause})
 }

@@ -1,8 +1,9 @@
 // Command httpguard runs a fenced HTTP service and two workers on an
-// embedded etcd in a temporary directory. The service keeps reports and
-// fences writes with guard's middleware, its marks kept in etcd. Worker A
-// holds the "reports" lease and writes; its link to etcd then pauses past
-// the lease's TTL, so its lease ends and worker B takes over and writes;
+// embedded etcd in a temporary directory (started with the public test
+// harness, integration/etcdtest). The service keeps reports and fences
+// writes with guard's middleware, its marks kept in etcd. Worker A holds
+// the "reports" lease and writes; its link to etcd is then cut
+// (integration/faults) for longer than the lease's TTL, so its lease ends and worker B takes over and writes;
 // when A wakes and writes with its old token, the service answers 409
 // Conflict with a problem+json body, and B's report stays; a made-up token
 // is refused with 403, since the service verifies new tokens against the
@@ -21,7 +22,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -29,8 +29,8 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/embedetcd"
-	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/integration/etcdtest"
+	"github.com/fencekit/fencekit/integration/faults"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -170,22 +170,19 @@ func (w *worker) put(ctx context.Context, l *lease.Lease, report, body string) (
 }
 
 func run() error {
-	dir, err := os.MkdirTemp("", "fencekit-httpguard-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	// One etcd member, its data in a temporary directory that Close
+	// removes.
+	etcd, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
 
 	// The service.
-	svcCli, err := etcd.Client()
+	svcCli, err := etcd.NewClient()
 	if err != nil {
 		return err
 	}
@@ -198,17 +195,19 @@ func run() error {
 	defer srv.Close()
 	fmt.Println("fenced report service at", base)
 
-	// Worker A reaches etcd through a proxy we can pause, to play a
-	// process frozen by a long GC pause; worker B reaches it directly.
-	proxy, err := faultproxy.New(strings.TrimPrefix(etcd.Members[0].ClientURL, "http://"))
+	// Worker A reaches etcd through a proxy whose link we can cut, to
+	// play a process frozen by a long GC pause (or cut off by the
+	// network); worker B reaches it directly.
+	proxy, err := etcd.NewProxy(etcd.Members()[0])
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
+	freeze := faults.Partition(proxy)
 	tr := &guard.Transport{Base: &http.Transport{}}
 	defer tr.CloseIdleConnections()
-	newWorker := func(name string, endpoints ...string) (*worker, func(), error) {
-		cli, err := etcd.Client(endpoints...)
+	newWorker := func(name string, connect func() (*clientv3.Client, error)) (*worker, func(), error) {
+		cli, err := connect()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -223,15 +222,15 @@ func run() error {
 		}
 		return &worker{name: name, locks: locks, client: &http.Client{Transport: tr}, base: base}, closeAll, nil
 	}
-	a, closeA, err := newWorker("A", proxy.URL())
+	a, closeA, err := newWorker("A", func() (*clientv3.Client, error) { return etcd.NewClientThrough(proxy) })
 	if err != nil {
 		return err
 	}
 	defer func() {
-		proxy.Resume() // let A's Close reach etcd
+		_ = freeze.Heal(context.Background()) // let A's Close reach etcd
 		closeA()
 	}()
-	b, closeB, err := newWorker("B")
+	b, closeB, err := newWorker("B", func() (*clientv3.Client, error) { return etcd.NewClient() })
 	if err != nil {
 		return err
 	}
@@ -248,7 +247,9 @@ func run() error {
 	}
 
 	// 2. A freezes past its TTL: its lease ends.
-	proxy.Pause()
+	if err := freeze.Inject(ctx); err != nil {
+		return err
+	}
 	<-leaseA.Done()
 	fmt.Println("A paused; its lease ended:", errors.Is(leaseA.Err(), lease.ErrLost))
 
@@ -263,7 +264,9 @@ func run() error {
 	}
 
 	// 4. A wakes and writes with its old token: refused.
-	proxy.Resume()
+	if err := freeze.Heal(ctx); err != nil {
+		return err
+	}
 	status, err := a.put(ctx, leaseA, "q3", "late edit by A")
 	if err != nil {
 		return err
