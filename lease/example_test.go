@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,21 +16,17 @@ import (
 // startEtcd starts an embedded etcd for the examples and returns a client
 // and a function that stops both.
 func startEtcd() (*clientv3.Client, func()) {
-	dir, err := os.MkdirTemp("", "fencekit-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	cl, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	cli, err := cl.Client()
+	cli, err := cl.NewClient()
 	if err != nil {
 		log.Fatal(err)
 	}
-	return cli, func() { cli.Close(); cl.Close(); os.RemoveAll(dir) }
+	return cli, func() { cli.Close(); cl.Close() }
 }
 
 func Example() {

@@ -63,6 +63,20 @@ func (r *release) recordGone() relState {
 	return r.state
 }
 
+// startRelease marks l's Release of its last hold as in flight and reports
+// whether the Client still tracks l's record. When it does not, the record
+// was already seen gone or the lease has ended: a delete of it cannot be
+// this Release's, and an unknown outcome must not be taken for one.
+func (c *Client) startRelease(l *Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[l.key] != l {
+		return false
+	}
+	l.rel.set(relInFlight)
+	return true
+}
+
 // recordGoneLocked handles a held lease whose record is gone, and returns
 // what to run once c.mu is released (or nil). A delete while its last-hold
 // Release is in flight is left to that Release to judge; a delete after it

@@ -87,6 +87,13 @@ const maxAttempts = 3
 // called in between (Renew included) and never releases twice; if the
 // record went meanwhile, the retry returns nil and Err is ErrReleased.
 // Releasing a lease that was already released returns an error, never nil.
+// A Release called after the lease ended otherwise (Done closed, with a
+// *LostError) only cleans up: it returns nil when it deleted the record and
+// learned so, and Err keeps the loss; after an unknown outcome its retry
+// reports what it finds (ErrNotFound when the record has gone). If the
+// lease ends on its own (validity deadline, session end) while its last
+// Release is on its way, Err keeps that cause even when the Release then
+// returns nil.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.traced(ctx, opRelease, func(ctx context.Context) error { return l.change(ctx, opRelease, "") })
 }
@@ -130,9 +137,13 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 		}
 		last := next.count == 0
 		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
+		// Whether a delete of the record seen after this call may be its
+		// doing: not when the Client had already given the record up (seen
+		// gone, or the lease ended) before it was sent.
+		mayDelete := false
 		if last {
 			write = clientv3.OpDelete(l.key)
-			l.rel.set(relInFlight)
+			mayDelete = l.c.startRelease(l)
 		}
 		resp, err := l.txn(ctx, write)
 		if err != nil {
@@ -141,7 +152,9 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 				l.logResult(op, "denied", err)
 				return opErr(op.String(), l.name, err)
 			}
-			l.pending = append(l.pending, next)
+			if !last || mayDelete {
+				l.pending = append(l.pending, next)
+			}
 			if l.settleReleasing() && l.lastRelease() {
 				// The watch saw the record deleted while this Release
 				// was in flight: it is gone, as asked.

@@ -5,28 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 )
 
 func ExampleVerifier() {
-	dir, err := os.MkdirTemp("", "fencekit-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cluster.Close()
-	cli, err := cluster.Client()
+	cli, err := cluster.NewClient()
 	if err != nil {
 		log.Fatal(err)
 	}

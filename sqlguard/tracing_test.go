@@ -108,39 +108,47 @@ func TestTracingSpans(t *testing.T) {
 		h := logattr.Hash("orders")
 
 		var inFn trace.SpanContext
-		if err := g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
+		if err := g.RunTx(ctx, e.db.DB, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *sql.Tx) error {
 			inFn = trace.SpanContextFromContext(ctx)
 			return nil
 		}); err != nil {
 			t.Fatalf("RunTx(5): %v", err)
 		}
-		if err := g.RunTx(ctx, e.db, nil, tok(3), []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrStale) {
+		if err := g.RunTx(ctx, e.db.DB, nil, tok(3), []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrStale) {
 			t.Fatalf("RunTx(3) = %v, want ErrStale", err)
 		}
 		other := fence.Token{Lock: "invoices", Revision: 9}
-		if err := g.RunTx(ctx, e.db, nil, other, []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrWrongLock) {
+		if err := g.RunTx(ctx, e.db.DB, nil, other, []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrWrongLock) {
 			t.Fatalf("RunTx(other lock) = %v, want ErrWrongLock", err)
 		}
-		if err := g.Claim(ctx, e.db, tok(6), "acct", "ledger"); err != nil {
+		if err := g.Claim(ctx, e.db.DB, tok(6), "acct", "ledger"); err != nil {
 			t.Fatalf("Claim: %v", err)
 		}
-		if err := g.Fence(ctx, e.db, tok(6), "acct"); !errors.Is(err, sqlguard.ErrNeedTx) {
+		if err := g.Fence(ctx, e.db.DB, tok(6), "acct"); !errors.Is(err, sqlguard.ErrNeedTx) {
 			t.Fatalf("Fence on a pool = %v, want ErrNeedTx", err)
 		}
-		tx := e.begin(ctx)
+		begin := func() *sql.Tx {
+			t.Helper()
+			tx, err := e.db.DB.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tx
+		}
+		tx := begin()
 		if err := g.Record(ctx, tx, "request-key-1"); err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		tx = e.begin(ctx)
+		tx = begin()
 		if err := g.Record(ctx, tx, "request-key-1"); !errors.Is(err, sqlguard.ErrDuplicate) {
 			t.Fatalf("second Record = %v, want ErrDuplicate", err)
 		}
 		tx.Rollback()
 		upd := func(rev int64, id string) error {
-			_, err := g.Update(ctx, e.db, tok(rev), sqlguard.RowUpdate{Table: items, Set: []sqlguard.Assign{{Column: "val", Value: "b"}},
+			_, err := g.Update(ctx, e.db.DB, tok(rev), sqlguard.RowUpdate{Table: items, Set: []sqlguard.Assign{{Column: "val", Value: "b"}},
 				Where: "id = " + e.ph(1), WhereArgs: []any{id}})
 			return err
 		}
@@ -154,7 +162,7 @@ func TestTracingSpans(t *testing.T) {
 			t.Fatalf("Update(missing row) = %v, want ErrNotFound", err)
 		}
 		ups := func(rev int64) error {
-			return g.Upsert(ctx, e.db, tok(rev), sqlguard.RowUpsert{Table: items,
+			return g.Upsert(ctx, e.db.DB, tok(rev), sqlguard.RowUpsert{Table: items,
 				Key: []sqlguard.Assign{{Column: "id", Value: "secret-new"}}, Set: []sqlguard.Assign{{Column: "val", Value: "c"}}})
 		}
 		if err := ups(6); err != nil {
@@ -250,11 +258,11 @@ func TestTracingOffRecordsNothing(t *testing.T) {
 
 		g := e.tracedGuard(nil)
 		ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
-		if err := g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, nil); err != nil {
+		if err := g.RunTx(ctx, e.db.DB, nil, tok(5), []string{"acct"}, nil); err != nil {
 			t.Fatal(err)
 		}
-		g.RunTx(ctx, e.db, nil, tok(3), []string{"acct"}, nil)
-		g.Claim(ctx, e.db, tok(6), "acct")
+		g.RunTx(ctx, e.db.DB, nil, tok(3), []string{"acct"}, nil)
+		g.Claim(ctx, e.db.DB, tok(6), "acct")
 		parent.End()
 
 		spans := exp.GetSpans()
@@ -317,7 +325,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		defer locksB.Close()
 		name := "accounts-" + e.prefix
 		write := func(l *lease.Lease) error {
-			return g.RunTx(ctx, e.db, nil, l.Fence(), []string{"account/alice"}, nil)
+			return g.RunTx(ctx, e.db.DB, nil, l.Fence(), []string{"account/alice"}, nil)
 		}
 
 		a, err := locksA.Acquire(ctx, name)
@@ -385,7 +393,7 @@ func TestTracingRetries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = g.RunTx(context.Background(), e.db, nil, tok(5), []string{"acct"}, func(context.Context, *sql.Tx) error {
+		err = g.RunTx(context.Background(), e.db.DB, nil, tok(5), []string{"acct"}, func(context.Context, *sql.Tx) error {
 			return &sqlguard.RetryableError{Err: errors.New("conflict on orders")}
 		})
 		if !errors.Is(err, sqlguard.ErrRetryable) {

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 )
@@ -18,19 +17,14 @@ import (
 func ExampleWithVerifier() {
 	db, done := openExampleDB()
 	defer done()
-	dir, err := os.MkdirTemp("", "fencekit-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
 	if err != nil {
 		panic(err)
 	}
 	defer cluster.Close()
-	cli, err := cluster.Client()
+	cli, err := cluster.NewClient()
 	if err != nil {
 		panic(err)
 	}

@@ -5,30 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 )
 
 func ExampleNew() {
 	// An embedded etcd stands in for the cluster the replicas share.
-	dir, err := os.MkdirTemp("", "fencekit-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cluster.Close()
-	cli, err := cluster.Client()
+	cli, err := cluster.NewClient()
 	if err != nil {
 		log.Fatal(err)
 	}
