@@ -185,7 +185,7 @@ func benchSQL(b *testing.B, name, driver, dsn string, tok fence.Token) {
 	if g.Dialect() == sqlguard.PostgreSQL {
 		rc, tb := pgxArms(b, dsn, g, tok, plain)
 		rowcol, table = append(rowcol, rc...), append(table, tb...)
-		pairs = append(pairs, [2]string{"fencekit-pgx", "floor-pgx"})
+		pairs = append(pairs, [2]string{"fencekit-pgx", "floor-pgx"}, [2]string{"fencekit-pgxcache", "floor-pgx"})
 	}
 	b.Run(name+"-rowcol", func(b *testing.B) { interleave(b, p, rowcol, pairs) })
 	b.Run(name+"-table", func(b *testing.B) { interleave(b, p, table, pairs) })
@@ -194,8 +194,10 @@ func benchSQL(b *testing.B, name, driver, dsn string, tok fence.Token) {
 // pgxArms returns the pgx-native arms of the PostgreSQL rows: g's tables
 // through pgxguard on a *pgxpool.Pool (fencekit-pgx), and the plain UPDATE
 // on the same pool (floor-pgx), in pgx's default mode, which caches the
-// plain UPDATE as a prepared statement; sqlguard's own statements run
-// unprepared (QueryExecModeExec). The pool closes when b ends.
+// plain UPDATE as a prepared statement. sqlguard's own statements run
+// unprepared (QueryExecModeExec) by default, and cached like the plain
+// UPDATE with pgxguard's WithStatementCache (fencekit-pgxcache). The pool
+// closes when b ends.
 func pgxArms(b *testing.B, dsn string, g *sqlguard.Guard, tok fence.Token, plain string) (rowcol, table []arm) {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
@@ -207,15 +209,29 @@ func pgxArms(b *testing.B, dsn string, g *sqlguard.Guard, tok fence.Token, plain
 	if err != nil {
 		b.Fatal(err)
 	}
+	cached := pg.WithStatementCache()
 	i := 0
-	rowcol = []arm{
-		{"fencekit-pgx", loop(func() error {
+	update := func(pg *pgxguard.Guard) func() error {
+		return func() error {
 			i++
 			_, err := pg.Update(ctx, pool, tok, sqlguard.RowUpdate{Table: "bench_accounts", Column: "fence",
 				Set:   []sqlguard.Assign{{Column: "balance", Value: i}},
 				Where: "id = $1", WhereArgs: []any{1}, Single: true})
 			return err
-		})},
+		}
+	}
+	runTx := func(pg *pgxguard.Guard) func() error {
+		return func() error {
+			i++
+			return pg.RunTx(ctx, pool, pgx.TxOptions{}, tok, []string{"bench-acct-1"}, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plain, i, 1)
+				return err
+			})
+		}
+	}
+	rowcol = []arm{
+		{"fencekit-pgx", loop(update(pg))},
+		{"fencekit-pgxcache", loop(update(cached))},
 		{"floor-pgx", loop(func() error {
 			i++
 			_, err := pool.Exec(ctx, plain, i, 1)
@@ -223,13 +239,8 @@ func pgxArms(b *testing.B, dsn string, g *sqlguard.Guard, tok fence.Token, plain
 		})},
 	}
 	table = []arm{
-		{"fencekit-pgx", loop(func() error {
-			i++
-			return pg.RunTx(ctx, pool, pgx.TxOptions{}, tok, []string{"bench-acct-1"}, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, plain, i, 1)
-				return err
-			})
-		})},
+		{"fencekit-pgx", loop(runTx(pg))},
+		{"fencekit-pgxcache", loop(runTx(cached))},
 		{"floor-pgx", loop(func() error {
 			i++
 			return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {

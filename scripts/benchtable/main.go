@@ -353,9 +353,9 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 		return atMost(1.15)
 	case rw.bench == "Guard" && strings.HasSuffix(rw.param, "-table") && pair == "fencekit/floor":
 		return atMost(1.6)
-	case rw.bench == "Guard" && strings.HasSuffix(rw.param, "-rowcol") && pair == "fencekit-pgx/floor-pgx":
+	case rw.bench == "Guard" && strings.HasSuffix(rw.param, "-rowcol") && (pair == "fencekit-pgx/floor-pgx" || pair == "fencekit-pgxcache/floor-pgx"):
 		return atMost(1.10)
-	case rw.bench == "Guard" && strings.HasSuffix(rw.param, "-table") && pair == "fencekit-pgx/floor-pgx":
+	case rw.bench == "Guard" && strings.HasSuffix(rw.param, "-table") && (pair == "fencekit-pgx/floor-pgx" || pair == "fencekit-pgxcache/floor-pgx"):
 		return atMost(1.5)
 	}
 	return "", ""

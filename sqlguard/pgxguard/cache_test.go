@@ -105,3 +105,72 @@ func TestStatementCacheAcrossMigrate(t *testing.T) {
 		t.Fatalf("CheckColumn after the type change: %v", err)
 	}
 }
+
+// TestWithStatementCacheAcrossMigrate: a Guard WithStatementCache caches
+// its statements in the connection's default mode; after a migration that
+// changes a result type, a call fails at most once, with ErrRetryable, and
+// succeeds when retried, and RunTx retries by itself. The Guard it came
+// from still runs unprepared statements.
+func TestWithStatementCacheAcrossMigrate(t *testing.T) {
+	e := newEnv(t, targets()[0])
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsnOrSkip(t, envPG))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	g := e.g.WithStatementCache()
+	if g == e.g {
+		t.Fatal("WithStatementCache changed the Guard it was called on")
+	}
+	jobs := e.table("jobs", "id TEXT PRIMARY KEY, state TEXT, fence INTEGER NOT NULL DEFAULT 0")
+	if _, err := conn.Exec(ctx, "INSERT INTO "+jobs+" (id, state) VALUES ('j1', 'queued')"); err != nil {
+		t.Fatal(err)
+	}
+	update := func(rev int64) error {
+		_, err := g.Update(ctx, conn, tok(rev), sqlguard.RowUpdate{Table: jobs, Set: []sqlguard.Assign{{Column: "state", Value: "running"}},
+			Where: "id = $1", WhereArgs: []any{"j1"}, Single: true})
+		return err
+	}
+	if err := g.RunTx(ctx, conn, pgx.TxOptions{}, tok(50), []string{"acct"}, nil); err != nil {
+		t.Fatalf("RunTx: %v", err)
+	}
+	if err := update(50); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	// The Guard's statements are prepared on conn now.
+	var prepared int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements", pgx.QueryExecModeSimpleProtocol).Scan(&prepared); err != nil {
+		t.Fatal(err)
+	}
+	if prepared == 0 {
+		t.Fatal("no statement prepared on the connection")
+	}
+	for _, s := range []string{
+		"DROP TABLE " + e.prefix + "fence", "DROP TABLE " + e.prefix + "req",
+		"ALTER TABLE " + jobs + " ALTER COLUMN fence TYPE BIGINT",
+	} {
+		if _, err := e.pool.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.g.Migrate(ctx, e.pool); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if err := g.RunTx(ctx, conn, pgx.TxOptions{}, tok(60), []string{"acct"}, nil); err != nil {
+		t.Fatalf("RunTx after the migration: %v", err)
+	}
+	err = update(60)
+	if err != nil && !errors.Is(err, sqlguard.ErrRetryable) {
+		t.Fatalf("Update after the migration: %v, want nil or ErrRetryable", err)
+	}
+	if err != nil {
+		if err := update(60); err != nil {
+			t.Fatalf("Update retried after the migration: %v", err)
+		}
+	}
+	m, err := g.Mark(ctx, conn, "acct")
+	if err != nil || m.Token != tok(60) {
+		t.Fatalf("Mark after the migration: %+v, %v", m, err)
+	}
+}

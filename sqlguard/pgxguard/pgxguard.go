@@ -37,8 +37,9 @@ type Beginner interface {
 // same statements, errors, metrics, logs and verifier. It is safe for
 // concurrent use.
 type Guard struct {
-	sg *sqlguard.Guard
-	e  backend.Engine
+	sg     *sqlguard.Guard
+	e      backend.Engine
+	cached bool // statements follow the connection's DefaultQueryExecMode (see WithStatementCache)
 }
 
 // New returns a Guard configured by opts, the options of package sqlguard
@@ -66,6 +67,27 @@ func Wrap(g *sqlguard.Guard) (*Guard, error) {
 	return &Guard{sg: g, e: backend.EngineOf(g)}, nil
 }
 
+// WithStatementCache returns a Guard like g whose own statements run in
+// the connection's DefaultQueryExecMode, which is pgx's statement cache
+// (QueryExecModeCacheStatement) unless configured otherwise: each
+// statement is parsed and planned once per connection rather than on
+// every call, which makes a fenced row-column UPDATE cost about what a
+// plain cached UPDATE does (see the README's benchmark table).
+//
+// The price: after a schema change that alters a result type (Migrate
+// after the tables were dropped, a fence column's type changed), the next
+// run of each affected cached statement fails once with an error matching
+// sqlguard.ErrRetryable (SQLSTATE 0A000, "cached plan must not change
+// result type"), which RunTx retries and other calls return; and behind
+// PgBouncer before 1.21 in transaction mode, set the pool's
+// DefaultQueryExecMode to QueryExecModeExec, as for your own statements.
+// g itself is unchanged.
+func (g *Guard) WithStatementCache() *Guard {
+	c := *g
+	c.cached = true
+	return &c
+}
+
 // SQL returns the *sqlguard.Guard behind g, for database/sql handles.
 func (g *Guard) SQL() *sqlguard.Guard { return g.sg }
 
@@ -73,13 +95,13 @@ func (g *Guard) SQL() *sqlguard.Guard { return g.sg }
 // transaction q, or refuses, exactly as sqlguard.Guard.Fence does. q is
 // usually the pgx.Tx of RunTx or of pgx.BeginTxFunc.
 func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
-	return g.e.Fence(ctx, querier(q), tok, resources...)
+	return g.e.Fence(ctx, g.querier(q), tok, resources...)
 }
 
 // Claim advances the marks of resources to tok in a transaction of its own
 // on db and commits it, as sqlguard.Guard.Claim does.
 func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resources ...string) error {
-	return g.e.Claim(ctx, begin(db, pgx.TxOptions{}), tok, resources...)
+	return g.e.Claim(ctx, g.begin(db, pgx.TxOptions{}), tok, resources...)
 }
 
 // RunTx runs fn in a transaction begun on db with opts and fenced first,
@@ -95,38 +117,38 @@ func (g *Guard) RunTx(ctx context.Context, db Beginner, opts pgx.TxOptions, tok 
 	if fn != nil {
 		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(pgxTx).tx) }
 	}
-	return g.e.RunTx(ctx, begin(db, opts), tok, resources, f)
+	return g.e.RunTx(ctx, g.begin(db, opts), tok, resources, f)
 }
 
 // Update runs u with tok in row-column mode, as sqlguard.Guard.Update
 // does. Where uses PostgreSQL placeholders ($1, ...). On a *pgxpool.Pool a
 // multi-row update runs in a transaction of its own.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u sqlguard.RowUpdate) (int64, error) {
-	return g.e.Update(ctx, querier(q), tok, u)
+	return g.e.Update(ctx, g.querier(q), tok, u)
 }
 
 // Upsert inserts or updates the row u.Key names, fenced by tok, as
 // sqlguard.Guard.Upsert does.
 func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u sqlguard.RowUpsert) error {
-	return g.e.Upsert(ctx, querier(q), tok, u)
+	return g.e.Upsert(ctx, g.querier(q), tok, u)
 }
 
 // Record records the idempotency key requestID in the caller's
 // transaction q, or returns *sqlguard.DuplicateError, as
 // sqlguard.Guard.Record does.
 func (g *Guard) Record(ctx context.Context, q DBTX, requestID string) error {
-	return g.e.Record(ctx, querier(q), requestID)
+	return g.e.Record(ctx, g.querier(q), requestID)
 }
 
 // Recorded reports whether requestID was recorded, with a plain read.
 func (g *Guard) Recorded(ctx context.Context, q DBTX, requestID string) (bool, error) {
-	return g.e.Recorded(ctx, querier(q), requestID)
+	return g.e.Recorded(ctx, g.querier(q), requestID)
 }
 
 // Mark returns resource's mark, or an error matching sqlguard.ErrNotFound,
 // as sqlguard.Guard.Mark does: for display and tests only.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (sqlguard.Mark, error) {
-	m, err := g.e.Mark(ctx, querier(q), resource)
+	m, err := g.e.Mark(ctx, g.querier(q), resource)
 	if err != nil {
 		return sqlguard.Mark{}, err
 	}
@@ -135,30 +157,30 @@ func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (sqlguard.Mar
 
 // Migrate creates the tables and checks them, as sqlguard.Guard.Migrate
 // does.
-func (g *Guard) Migrate(ctx context.Context, q DBTX) error { return g.e.Migrate(ctx, querier(q)) }
+func (g *Guard) Migrate(ctx context.Context, q DBTX) error { return g.e.Migrate(ctx, g.querier(q)) }
 
 // CheckSchema verifies the tables, as sqlguard.Guard.CheckSchema does.
 func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
-	return g.e.CheckSchema(ctx, querier(q))
+	return g.e.CheckSchema(ctx, g.querier(q))
 }
 
 // CheckColumn verifies a row-column fence column, as
 // sqlguard.Guard.CheckColumn does.
 func (g *Guard) CheckColumn(ctx context.Context, q DBTX, table, column string) error {
-	return g.e.CheckColumn(ctx, querier(q), table, column)
+	return g.e.CheckColumn(ctx, g.querier(q), table, column)
 }
 
 // ResetMark sets a poisoned mark back from old to next, as
 // sqlguard.Guard.ResetMark does: an operator's action.
 func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, next fence.Token) error {
-	return g.e.ResetMark(ctx, querier(q), resource, old, next)
+	return g.e.ResetMark(ctx, g.querier(q), resource, old, next)
 }
 
 // Bind declares that resource is protected by lock, so that a first
 // token of another lock is refused with sqlguard.ErrWrongLock, as
 // sqlguard.Guard.Bind does.
 func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
-	return g.e.Bind(ctx, querier(q), resource, lock)
+	return g.e.Bind(ctx, g.querier(q), resource, lock)
 }
 
 // Classify returns err wrapped in a *sqlguard.RetryableError when it is a
@@ -167,27 +189,40 @@ func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
 // before a migration), and err otherwise, as sqlguard.Guard.Classify does.
 func (g *Guard) Classify(err error) error { return g.sg.Classify(err) }
 
-// execMode is how sqlguard's own statements run: one round trip with an
-// unnamed statement, so that no named prepared statement is cached. Cached
-// statements are what a schema change can invalidate, and what PgBouncer
-// before 1.21 in transaction mode loses between transactions.
-const execMode = pgx.QueryExecModeExec
+// execMode is how sqlguard's own statements run unless WithStatementCache
+// was asked for: one round trip with an unnamed statement, so that no
+// named prepared statement is cached. Cached statements are what a schema
+// change can invalidate, and what PgBouncer before 1.21 in transaction
+// mode loses between transactions.
+var execMode = []any{pgx.QueryExecModeExec}
 
-// pgxQ runs sqlguard's statements on a DBTX.
-type pgxQ struct{ q DBTX }
+// pgxQ runs sqlguard's statements on a DBTX; mode holds the query exec
+// mode argument, if any, put before the statement's own.
+type pgxQ struct {
+	q    DBTX
+	mode []any
+}
 
-func querier(q DBTX) backend.Querier {
+// modeArgs is what g puts before every statement's arguments.
+func (g *Guard) modeArgs() []any {
+	if g.cached {
+		return nil
+	}
+	return execMode
+}
+
+func (g *Guard) querier(q DBTX) backend.Querier {
 	if q == nil {
 		return nil
 	}
 	if tx, ok := q.(pgx.Tx); ok {
-		return pgxTx{pgxQ{tx}, tx}
+		return pgxTx{pgxQ{tx, g.modeArgs()}, tx}
 	}
-	return pgxQ{q}
+	return pgxQ{q, g.modeArgs()}
 }
 
 func (p pgxQ) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	tag, err := p.q.Exec(ctx, query, append([]any{execMode}, args...)...)
+	tag, err := p.q.Exec(ctx, query, append(p.mode[:len(p.mode):len(p.mode)], args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -195,7 +230,7 @@ func (p pgxQ) Exec(ctx context.Context, query string, args ...any) (int64, error
 }
 
 func (p pgxQ) Query(ctx context.Context, query string, args ...any) (backend.Rows, error) {
-	rows, err := p.q.Query(ctx, query, append([]any{execMode}, args...)...)
+	rows, err := p.q.Query(ctx, query, append(p.mode[:len(p.mode):len(p.mode)], args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +247,7 @@ func (p pgxQ) Begin(ctx context.Context) (backend.Tx, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: begin on %T", sqlguard.ErrInvalid, p.q)
 	}
-	return begin(b, pgx.TxOptions{})(ctx)
+	return beginWith(b, pgx.TxOptions{}, p.mode)(ctx)
 }
 
 func (p pgxQ) Kind() string { return fmt.Sprintf("%T", p.q) }
@@ -230,7 +265,13 @@ func (t pgxTx) Done(err error) bool {
 }
 
 // begin begins transactions on db with opts; nil for a nil db.
-func begin(db Beginner, opts pgx.TxOptions) backend.Begin {
+func (g *Guard) begin(db Beginner, opts pgx.TxOptions) backend.Begin {
+	return beginWith(db, opts, g.modeArgs())
+}
+
+// beginWith begins transactions on db with opts whose statements run with
+// mode; nil for a nil db.
+func beginWith(db Beginner, opts pgx.TxOptions, mode []any) backend.Begin {
 	if db == nil {
 		return nil
 	}
@@ -239,6 +280,6 @@ func begin(db Beginner, opts pgx.TxOptions) backend.Begin {
 		if err != nil {
 			return nil, err
 		}
-		return pgxTx{pgxQ{tx}, tx}, nil
+		return pgxTx{pgxQ{tx, mode}, tx}, nil
 	}
 }
