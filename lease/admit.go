@@ -101,7 +101,9 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 		return "", false, nil
 	}
 	c.mu.Lock()
-	if w.block == nil || !w.block.covers(key) {
+	if w.block == nil || !w.block.covers(key) || c.watches[w.block.key] != w.block {
+		// None yet, another target, or a watch the Client stopped since
+		// (replaced by the prefix watch).
 		old := w.block
 		w.block = c.holdWatchLocked(key, prefix)
 		c.dropWatchLocked(old)
@@ -110,6 +112,9 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 	c.mu.Unlock()
 	if err := waitFor(ctx, c, w, kw.created); err != nil {
 		return "", false, err
+	}
+	if c.ctx.Err() != nil {
+		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
 	return key, kw.start <= at, nil
 }

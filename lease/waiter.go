@@ -22,7 +22,7 @@ import (
 // without reading the queue again, and any other waiter reads the queue
 // again and watches the new last blocker (see Client.awaitAdmission).
 //
-// Record keys are reused (see Client.claimSlot), so the watch may deliver
+// Record keys are reused (see session.claimSlot), so the watch may deliver
 // events of an earlier record under the same key. Every event is therefore
 // judged by its revision against the creation revision of the record in
 // question: a delete counts only if it came after that record was created.

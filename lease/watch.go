@@ -23,7 +23,7 @@ const maxWatches = 512
 //
 // A Client watches its own record keys while it holds, waits for or
 // cleans up a record there, and for about a TTL after that, so that a lock
-// taken again and again (which reuses its key, see claimSlot) keeps its
+// taken again and again (which reuses its key, see session.claimSlot) keeps its
 // watch. A watch of someone else's record, or of a directory, is kept only
 // while a waiter needs it (refs).
 type keyWatch struct {

@@ -319,3 +319,37 @@ func TestWaiterAdmittedAcrossCompaction(t *testing.T) {
 		t.Fatal("the waiter was never admitted")
 	}
 }
+
+// A waiter that waits behind a record when its Client switches to one
+// watch of its prefix is still woken by that record's release.
+func TestWaiterAcrossSwitchToPrefixWatch(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	h, err := newClient(t, cli).Acquire(ctx, "switch")
+	require.NoError(t, err)
+	c := newClient(t, etcdtest.Client(t, cl))
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "switch")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitRecords(t, cli, "switch", 2)
+	base := watchers(t)
+	for i := range 600 { // past the Client's per-key watches
+		_, err := c.Acquire(ctx, fmt.Sprintf("switch-%d", i))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return watchers(t) < base }, 10*time.Second, 20*time.Millisecond,
+		"the client switched to one prefix watch")
+	require.NoError(t, h.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not admitted after the switch")
+	}
+}
