@@ -83,7 +83,8 @@
 // on a lease that ended as lost all the same, by cause (reported, not
 // failed: lease may end a lease at its local deadline while the Release
 // that deletes its record is on its way), with "/ended-first" when the
-// lease had ended before that Release was called:
+// lease had ended before that Release was called. A nil last Release on a
+// lease whose record someone else deleted or overwrote fails the run:
 //
 //	SAFETY total guarded ops=11704 ops/s=392 fault-kinds=12 run=34s
 //	SAFETY lease release-reenter unknown-outcomes=836 calls-between=548 retries-settled=226 released-but-lost=deadline:245,session-expired:1

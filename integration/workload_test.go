@@ -338,8 +338,10 @@ var lossCauses = []struct {
 }
 
 // released checks lease's promise for a last Release that returned nil,
-// retried or not: the lease has ended, as released. A lease that ended as
-// lost instead is reported (evLostRace, with the cause), not failed: lease
+// retried or not: the lease has ended, as released. A lease that ended
+// because someone else deleted or overwrote its record fails the run
+// (evBad): such a Release took another's delete for its own. A lease that
+// ended as lost otherwise is reported (evLostRace, with the cause): lease
 // ends a lease on its own at its local validity deadline or when its
 // session ends, and may do so while the Release that deletes its record is
 // on its way (the first end wins). None of these lets anyone else hold the
@@ -348,9 +350,9 @@ var lossCauses = []struct {
 // endedBefore says the lease had ended before the last Release was called
 // (the worker releases it all the same); such a case is counted under its
 // cause with the suffix "/ended-first", since that Release cannot have
-// decided how the lease ended. "key-deleted/ended-first" is lease
-// returning nil for a Release sent after its record was seen deleted, when
-// a reply was lost on the way (lease/zz_release_repro_test.go).
+// decided how the lease ended. lease once returned nil for a Release sent
+// after its record was seen deleted, when a reply was lost on the way
+// (lease's TestReleaseAfterLossWithLostReply); that is now a failure here.
 func (w *lineWorker) released(l *lease.Lease, endedBefore bool) {
 	t := time.NewTimer(releasedWait)
 	defer t.Stop()
@@ -370,6 +372,14 @@ func (w *lineWorker) released(l *lease.Lease, endedBefore bool) {
 		}
 	case <-t.C:
 		cause = "not-ended"
+	}
+	if strings.HasPrefix(cause, "key-") {
+		// Someone else removed or replaced the record, and the Release
+		// still returned nil: that Release claimed a delete that was not
+		// its own (fixed in lease; this catches it coming back).
+		w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evBad,
+			Msg: "last Release returned nil, but the lease ended lost: " + cause})
+		return
 	}
 	if endedBefore {
 		cause += "/ended-first"
