@@ -178,8 +178,22 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 			l.logResult(op, "done", nil)
 			return nil
 		}
-		st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		// Not applied: read why. The reads are a request of their own
+		// because etcd charges for a transaction's unused branch, and a
+		// compare that fails is rare.
+		resp, err = l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
 		l.settleReleasing()
+		if err != nil {
+			// Still not applied, and nothing pending: a retry reads again.
+			err = rpcError(err)
+			if errors.Is(err, ErrPermissionDenied) {
+				l.logResult(op, "denied", err)
+				return opErr(op.String(), l.name, err)
+			}
+			l.logResult(op, "unknown", err)
+			return opErr(op.String(), l.name, unknown(ctx, err))
+		}
+		st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 		if st.err != nil {
 			if l.lastRelease() {
 				// An earlier Release of the last hold deleted it.
@@ -241,15 +255,14 @@ func (l *Lease) reads() []clientv3.Op {
 	}
 }
 
-// txn runs one transaction on the record: if it is this acquisition's, as
-// last confirmed (same creation revision, mod revision and value), then
-// ops; otherwise the reads.
+// txn runs ops in one transaction if the record is this acquisition's, as
+// last confirmed (same creation revision, mod revision and value).
 func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	return l.c.etcd.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
 		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
 		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)),
-	).Then(ops...).Else(l.reads()...).Commit()
+	).Then(ops...).Commit()
 }
 
 // stored is what the reads found.
