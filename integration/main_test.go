@@ -5,6 +5,8 @@ package integration
 import (
 	"testing"
 
+	"github.com/fencekit/fencekit/internal/testkit"
+
 	"github.com/fencekit/fencekit/integration/faults"
 	"go.uber.org/goleak"
 )
@@ -15,5 +17,5 @@ func TestMain(m *testing.M) {
 	faults.ServeWorker(map[string]faults.WorkerFunc{
 		workerName: runProcessWorker,
 	})
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }

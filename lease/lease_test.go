@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/testkit"
+
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
@@ -24,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }
 
 func newClient(t *testing.T, cli *clientv3.Client, opts ...lease.Option) *lease.Client {

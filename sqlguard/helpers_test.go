@@ -31,7 +31,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }
 
 // backend is one database configuration every test runs against, and the

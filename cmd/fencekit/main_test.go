@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/testkit"
+
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
@@ -47,10 +49,10 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(2)
 	}
-	goleak.VerifyTestMain(settleM{m}, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(settleM{m}, append(testkit.EtcdLeaks, goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)
 		os.Exit(code)
-	}))
+	}))...)
 }
 
 // settleM runs the tests, then waits for the connections of stopped

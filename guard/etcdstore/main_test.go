@@ -3,9 +3,11 @@ package etcdstore_test
 import (
 	"testing"
 
+	"github.com/fencekit/fencekit/internal/testkit"
+
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }

@@ -5,7 +5,9 @@ package etcdtest_test
 import (
 	"testing"
 
+	"github.com/fencekit/fencekit/internal/testkit"
+
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.EtcdLeaks...) }

@@ -5,6 +5,8 @@ package etcdtest_test
 import (
 	"testing"
 
+	"github.com/fencekit/fencekit/internal/testkit"
+
 	"github.com/fencekit/fencekit/integration/faults"
 	"go.uber.org/goleak"
 )
@@ -12,5 +14,5 @@ import (
 func TestMain(m *testing.M) {
 	// The walkthrough's workers are this test binary, run again.
 	faults.ServeWorker(map[string]faults.WorkerFunc{"orders": ordersWorker})
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }
