@@ -40,7 +40,7 @@
 // statements between transactions.
 //
 // That safety costs a parse and a plan on the server per statement: a
-// fenced row-column UPDATE costs about 1.4x a plain UPDATE that pgx
+// fenced row-column UPDATE costs 1.3-1.4x a plain UPDATE that pgx
 // cached, where the database/sql path is within 1.05x of its own plain
 // UPDATE. Guard.WithStatementCache returns a Guard whose statements follow
 // the connection's mode (pgx's statement cache by default), which brings
