@@ -20,38 +20,9 @@ import (
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/owner"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// ownerTokenOf reads from etcd the raw owner token of the lease l: the
-// stored record values under the lock's directory are "<owner token>#<hold
-// count>", and the one whose digest is l's belongs to l.
-func ownerTokenOf(t *testing.T, ctx context.Context, cli *clientv3.Client, l *lease.Lease) string {
-	t.Helper()
-	resp, err := cli.Get(ctx, lease.DefaultPrefix+l.Name()+"/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatalf("read lock records: %v", err)
-	}
-	for _, kv := range resp.Kvs {
-		v := string(kv.Value)
-		i := strings.LastIndexByte(v, '#')
-		if i <= 0 {
-			t.Fatalf("record %s has value %d bytes long without '#'", kv.Key, len(v))
-		}
-		tok, err := owner.Parse(v[:i])
-		if err != nil {
-			t.Fatalf("record %s: %v", kv.Key, err)
-		}
-		if tok.Digest() == l.OwnerDigest() {
-			return tok.Value()
-		}
-	}
-	t.Fatalf("no record of %v among %d under %s", l, len(resp.Kvs), lease.DefaultPrefix+l.Name()+"/")
-	return ""
-}
 
 // logRecord is one decoded JSON log line.
 type logRecord map[string]any
@@ -156,7 +127,7 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 	if err != nil {
 		t.Fatalf("A acquire: %v", err)
 	}
-	tokenA := ownerTokenOf(t, ctx, inspect, a)
+	tokenA := testkit.OwnerToken(t, ctx, inspect, a)
 	if status := write(a, "draft by A"); status != http.StatusNoContent {
 		t.Fatalf("A's write while holding: %d", status)
 	}
@@ -178,7 +149,7 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 	if err != nil {
 		t.Fatalf("B acquire: %v", err)
 	}
-	tokenB := ownerTokenOf(t, ctx, inspect, b)
+	tokenB := testkit.OwnerToken(t, ctx, inspect, b)
 	if tokenA == tokenB {
 		t.Fatal("A and B have the same owner token")
 	}

@@ -3,10 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 
-	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -119,25 +117,5 @@ func statusText(e event) string {
 	case e.err == nil:
 		return "guard: " + e.outcome.String()
 	}
-	return redact(e.err.Error(), e.lock, e.token.Lock)
-}
-
-// redact replaces the lock names in s by their hashes: raw, as %q quotes
-// them, and percent-encoded as in a token's text form.
-func redact(s string, locks ...string) string {
-	var pairs []string
-	for _, l := range locks {
-		if l == "" {
-			continue
-		}
-		h := LockHash(l)
-		q := strconv.Quote(l)
-		enc := strings.TrimPrefix(fence.Token{Revision: 1, Lock: l}.String(), "1:")
-		// Longer forms first: strings.Replacer tries the pairs in order.
-		pairs = append(pairs, q[1:len(q)-1], h, enc, h, l, h)
-	}
-	if len(pairs) == 0 {
-		return s
-	}
-	return strings.NewReplacer(pairs...).Replace(s)
+	return logattr.Redact(e.err.Error(), e.lock, e.token.Lock)
 }

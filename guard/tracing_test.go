@@ -12,24 +12,14 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// newTracing returns a TracerProvider that exports every span to the
-// returned in-memory exporter as it ends.
-func newTracing(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	return tp, exp
-}
 
 func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 	m := map[attribute.Key]attribute.Value{}
@@ -37,27 +27,6 @@ func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 		m[a.Key] = a.Value
 	}
 	return m
-}
-
-// spanTexts returns every string a span exports: its name, attributes,
-// events and status description.
-func spanTexts(s tracetest.SpanStub) []string {
-	texts := []string{s.Name, s.Status.Description}
-	for _, a := range s.Attributes {
-		texts = append(texts, string(a.Key)+"="+a.Value.String())
-	}
-	for _, e := range s.Events {
-		texts = append(texts, e.Name)
-		for _, a := range e.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.String())
-		}
-	}
-	for _, l := range s.Links {
-		for _, a := range l.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.String())
-		}
-	}
-	return texts
 }
 
 // guardSpans returns the spans of package guard's tracer.
@@ -129,7 +98,7 @@ func checkSpan(t *testing.T, s tracetest.SpanStub, w wantSpan) {
 // Every decision of Do, Claim and the HTTP middleware is one span, a child
 // of the caller's, with the log's fields and no lock name.
 func TestTracingDecisions(t *testing.T) {
-	tp, exp := newTracing(t)
+	tp, exp := testkit.Tracing(t)
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
 	g := newGuard(t, guard.WithTracerProvider(tp))
 	report := guard.Target{Resource: "report", Lock: "report-writer"}
@@ -197,7 +166,7 @@ func TestTracingDecisions(t *testing.T) {
 		if i < 7 && s.Parent.SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("span %d (%s) has parent %v, want the caller's span", i, s.Name, s.Parent.SpanID())
 		}
-		for _, text := range spanTexts(s) {
+		for _, text := range testkit.SpanTexts(s) {
 			for _, lock := range []string{"report-writer", "other-writer", "items"} {
 				if strings.Contains(text, lock) {
 					t.Errorf("span %s carries lock name %q: %q", s.Name, lock, text)
@@ -210,8 +179,8 @@ func TestTracingDecisions(t *testing.T) {
 // Without WithTracerProvider a Guard records nothing: no span of its own,
 // nothing on the caller's span, nothing through the global provider.
 func TestTracingOffRecordsNothing(t *testing.T) {
-	tp, exp := newTracing(t)
-	globalTP, globalExp := newTracing(t)
+	tp, exp := testkit.Tracing(t)
+	globalTP, globalExp := testkit.Tracing(t)
 	prev := otel.GetTracerProvider()
 	otel.SetTracerProvider(globalTP)
 	defer otel.SetTracerProvider(prev)
@@ -253,7 +222,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := etcdtest.Start(t)
-	tp, exp := newTracing(t)
+	tp, exp := testkit.Tracing(t)
 	locksA, err := lease.New(etcdtest.Client(t, c), lease.WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +262,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	if err != nil {
 		t.Fatalf("A acquire: %v", err)
 	}
-	tokenA := ownerTokenOf(t, ctx, inspect, a)
+	tokenA := testkit.OwnerToken(t, ctx, inspect, a)
 	if st := write(ctx, a.Fence()); st != http.StatusNoContent {
 		t.Fatalf("A's write: %d", st)
 	}
@@ -304,7 +273,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	if err != nil {
 		t.Fatalf("B acquire: %v", err)
 	}
-	tokenB := ownerTokenOf(t, ctx, inspect, b)
+	tokenB := testkit.OwnerToken(t, ctx, inspect, b)
 	if st := write(ctx, b.Fence()); st != http.StatusNoContent {
 		t.Fatalf("B's write: %d", st)
 	}
@@ -325,7 +294,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		if s.InstrumentationScope.Name == "github.com/fencekit/fencekit/lease" {
 			leaseSpans++
 		}
-		for _, text := range spanTexts(s) {
+		for _, text := range testkit.SpanTexts(s) {
 			for name, tk := range map[string]string{"A": tokenA, "B": tokenB} {
 				random := tk[strings.LastIndexByte(tk, '.')+1:]
 				if strings.Contains(text, tk) || strings.Contains(text, random) {
@@ -341,7 +310,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	for _, s := range guardSpans(exp) {
 		a := spanAttrs(s)
 		outcomes = append(outcomes, fmt.Sprintf("%s %d", a["fencekit.outcome"].AsString(), a["fencekit.fence"].AsInt64()))
-		for _, text := range spanTexts(s) {
+		for _, text := range testkit.SpanTexts(s) {
 			if strings.Contains(text, "items") {
 				t.Errorf("guard span %s carries the lock name: %q", s.Name, text)
 			}

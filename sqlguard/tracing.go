@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -191,25 +189,5 @@ func statusText(err error, hide []string) string {
 	case "duplicate":
 		return "sqlguard: duplicate request"
 	}
-	return redact(err.Error(), hide)
-}
-
-// redact replaces each non-empty string of hide in s by its hash: raw,
-// as %q quotes it, and percent-encoded as in a token's text form.
-func redact(s string, hide []string) string {
-	var pairs []string
-	for _, v := range hide {
-		if v == "" {
-			continue
-		}
-		h := logattr.Hash(v)
-		q := strconv.Quote(v)
-		enc := strings.TrimPrefix(fence.Token{Revision: 1, Lock: v}.String(), "1:")
-		// Longer forms first: strings.Replacer tries the pairs in order.
-		pairs = append(pairs, q[1:len(q)-1], h, enc, h, v, h)
-	}
-	if len(pairs) == 0 {
-		return s
-	}
-	return strings.NewReplacer(pairs...).Replace(s)
+	return logattr.Redact(err.Error(), hide...)
 }

@@ -11,25 +11,15 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/owner"
 	"github.com/fencekit/fencekit/sqlguard"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
-
-func newTracing(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	return tp, exp
-}
 
 // tracedGuard is a Guard on e's tables that traces through tp.
 func (e *env) tracedGuard(tp trace.TracerProvider) *sqlguard.Guard {
@@ -43,22 +33,6 @@ func (e *env) tracedGuard(tp trace.TracerProvider) *sqlguard.Guard {
 		e.t.Fatal(err)
 	}
 	return g
-}
-
-// spanTexts returns every string a span exports: its name, attributes,
-// events and status description.
-func spanTexts(s tracetest.SpanStub) []string {
-	texts := []string{s.Name, s.Status.Description}
-	for _, a := range s.Attributes {
-		texts = append(texts, string(a.Key)+"="+a.Value.String())
-	}
-	for _, ev := range s.Events {
-		texts = append(texts, ev.Name)
-		for _, a := range ev.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.String())
-		}
-	}
-	return texts
 }
 
 // spanRow is the part of a span the tests compare.
@@ -99,7 +73,7 @@ func sqlguardSpans(exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
 // carries a lock name, an idempotency key or a row's key.
 func TestTracingSpans(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		tp, exp := newTracing(t)
+		tp, exp := testkit.Tracing(t)
 		g := e.tracedGuard(tp)
 		ctx := context.Background()
 		fenceTable := e.prefix + "fence"
@@ -176,7 +150,7 @@ func TestTracingSpans(t *testing.T) {
 		var got []spanRow
 		for _, s := range spans {
 			got = append(got, rowOf(s))
-			for _, text := range spanTexts(s) {
+			for _, text := range testkit.SpanTexts(s) {
 				for _, secret := range []string{"orders", "invoices", "request-key-1", "secret-row", "secret-new"} {
 					if strings.Contains(text, secret) {
 						t.Errorf("span %s carries %q: %q", s.Name, secret, text)
@@ -250,8 +224,8 @@ func TestTracingSpans(t *testing.T) {
 // nothing on the caller's span, nothing through the global provider.
 func TestTracingOffRecordsNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		tp, exp := newTracing(t)
-		globalTP, globalExp := newTracing(t)
+		tp, exp := testkit.Tracing(t)
+		globalTP, globalExp := testkit.Tracing(t)
 		prev := otel.GetTracerProvider()
 		otel.SetTracerProvider(globalTP)
 		defer otel.SetTracerProvider(prev)
@@ -281,36 +255,13 @@ func TestTracingOffRecordsNothing(t *testing.T) {
 	}
 }
 
-// rawOwnerToken reads from etcd the raw owner token of the lease l: the
-// record values under the lock's directory are "<owner token>#<hold
-// count>", and the one whose digest is l's belongs to l.
-func rawOwnerToken(t *testing.T, ctx context.Context, cli *clientv3.Client, l *lease.Lease) string {
-	t.Helper()
-	resp, err := cli.Get(ctx, lease.DefaultPrefix+l.Name()+"/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatalf("read lock records: %v", err)
-	}
-	for _, kv := range resp.Kvs {
-		v := string(kv.Value)
-		i := strings.LastIndexByte(v, '#')
-		if i <= 0 {
-			continue
-		}
-		if tk, err := owner.Parse(v[:i]); err == nil && tk.Digest() == l.OwnerDigest() {
-			return tk.Value()
-		}
-	}
-	t.Fatalf("no record of %v", l)
-	return ""
-}
-
 // With real leases traced on the same provider, A's write, B's write and
 // A's late, refused write leave spans that carry no owner token.
 func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	cluster := etcdtest.Start(t)
 	forEach(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		tp, exp := newTracing(t)
+		tp, exp := testkit.Tracing(t)
 		g := e.tracedGuard(tp)
 		cli := etcdtest.Client(t, cluster)
 		locksA, err := lease.New(cli, lease.WithTracerProvider(tp))
@@ -332,7 +283,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokenA := rawOwnerToken(t, ctx, cli, a)
+		tokenA := testkit.OwnerToken(t, ctx, cli, a)
 		if err := write(a); err != nil {
 			t.Fatalf("A's write: %v", err)
 		}
@@ -343,7 +294,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokenB := rawOwnerToken(t, ctx, cli, b)
+		tokenB := testkit.OwnerToken(t, ctx, cli, b)
 		if err := write(b); err != nil {
 			t.Fatalf("B's write: %v", err)
 		}
@@ -357,7 +308,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		var scopes = map[string]int{}
 		for _, s := range exp.GetSpans() {
 			scopes[s.InstrumentationScope.Name]++
-			for _, text := range spanTexts(s) {
+			for _, text := range testkit.SpanTexts(s) {
 				for who, tk := range map[string]string{"A": tokenA, "B": tokenB} {
 					random := tk[strings.LastIndexByte(tk, '.')+1:]
 					if strings.Contains(text, tk) || strings.Contains(text, random) {
@@ -387,7 +338,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 // an event and ends with outcome retryable after its last attempt.
 func TestTracingRetries(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		tp, exp := newTracing(t)
+		tp, exp := testkit.Tracing(t)
 		g, err := sqlguard.New(e.g.Dialect(), sqlguard.WithTable(e.prefix+"fence"), sqlguard.WithRequestTable(e.prefix+"req"),
 			sqlguard.WithMaxAttempts(3), sqlguard.WithTracerProvider(tp))
 		if err != nil {

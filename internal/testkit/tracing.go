@@ -1,0 +1,65 @@
+package testkit
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/owner"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// Tracing returns a TracerProvider that exports every span to the
+// returned in-memory exporter as it ends; it shuts down with the test.
+func Tracing(t testing.TB) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp, exp
+}
+
+// SpanTexts returns every text a span carries: its name, status
+// description, and "key=value" for each attribute of the span, its events
+// and its links, for tests that look for what must not be there.
+func SpanTexts(s tracetest.SpanStub) []string {
+	texts := []string{s.Name, s.Status.Description}
+	for _, a := range s.Attributes {
+		texts = append(texts, string(a.Key)+"="+a.Value.String())
+	}
+	for _, e := range s.Events {
+		texts = append(texts, e.Name)
+		for _, a := range e.Attributes {
+			texts = append(texts, string(a.Key)+"="+a.Value.String())
+		}
+	}
+	for _, l := range s.Links {
+		for _, a := range l.Attributes {
+			texts = append(texts, string(a.Key)+"="+a.Value.String())
+		}
+	}
+	return texts
+}
+
+// OwnerToken reads from etcd the raw owner token of l, for tests that
+// check it appears nowhere: the record values under the lock's directory
+// (default prefix) are "<owner token>#<hold count>[#payload]", and the one
+// whose digest is l's belongs to l.
+func OwnerToken(t testing.TB, ctx context.Context, cli *clientv3.Client, l *lease.Lease) string {
+	t.Helper()
+	resp, err := cli.Get(ctx, lease.DefaultPrefix+l.Name()+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("read lock records: %v", err)
+	}
+	for _, kv := range resp.Kvs {
+		v, _, _ := strings.Cut(string(kv.Value), "#")
+		if tok, err := owner.Parse(v); err == nil && tok.Digest() == l.OwnerDigest() {
+			return tok.Value()
+		}
+	}
+	t.Fatalf("no record of %v", l)
+	return ""
+}
