@@ -75,7 +75,9 @@ func (l Leader) IsZero() bool { return l.Term.Revision == 0 }
 // Campaign blocks until this candidate leads the election, publishing
 // value (at most MaxValueLen bytes of UTF-8) for Leader and Observe, and
 // returns its term. ctx bounds only the wait; on error nothing is left
-// behind. Errors are as for Client.Acquire.
+// behind. Errors are as for Client.Acquire; a term that ended before
+// Campaign could return it (lost while publishing its start) is an error
+// matching ErrRetryable and ErrLost, never a returned Term.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := validValue(value); err != nil {
 		return nil, err
@@ -88,7 +90,27 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	// Publish when the term began. Best effort: if the reply is lost the
 	// term still stands, Since reads zero until a later Proclaim, and the
 	// next call on the term settles the lost one.
-	if err := l.change(ctx, opProclaim, encodePayload(t.since, value)); err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+	err = l.change(ctx, opProclaim, encodePayload(t.since, value))
+	if err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		err = nil
+		if lerr := l.Err(); lerr != nil {
+			// The term ended meanwhile (its session's deadline passed
+			// while the Proclaim waited, say): it leads nothing, so say
+			// so rather than return it.
+			err = opErr("campaign", e.name, lerr)
+		}
+	}
+	if err != nil {
+		if l.Err() == nil {
+			// Proclaim refused: give the lock up rather than hold it for
+			// nobody.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.cfg.ttl)
+			_ = l.Release(rctx)
+			cancel()
+		}
+		if ctx.Err() == nil && !permanent(err) {
+			err = retryable(err)
+		}
 		return nil, err
 	}
 	e.c.met.leading.Inc()
