@@ -46,6 +46,13 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	return c.acquire(ctx, request{name: name, kind: exclusive, try: true})
 }
 
+// tryAgain reports whether an acquisition failed for a reason another
+// attempt, on a new session or another key, does not have (see
+// acquireTraced).
+func tryAgain(err error) bool {
+	return errors.Is(err, errNoSession) || errors.Is(err, errSlotTaken) || errors.Is(err, errRetired)
+}
+
 // request is one acquisition asked for.
 type request struct {
 	name    string
@@ -83,10 +90,13 @@ func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error)
 		// record. errSlotTaken: someone else wrote the key this
 		// acquisition was to use. Either way, try again (on a new
 		// session, with another key).
-		if !errors.Is(err, errNoSession) && !errors.Is(err, errSlotTaken) && !errors.Is(err, errRetired) || ctx.Err() != nil {
+		if !tryAgain(err) || ctx.Err() != nil {
 			break
 		}
 		l, err = c.acquireOnce(ctx, req)
+	}
+	if tryAgain(err) && ctx.Err() != nil {
+		err = context.Cause(ctx) // it would have tried again but for ctx
 	}
 	if err != nil {
 		switch {
