@@ -39,8 +39,8 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 // TryAcquire takes the lock called name if nobody holds or waits for it,
 // and returns an error matching ErrHeld at once otherwise, leaving nothing
 // behind. It costs one etcd transaction either way, plus the session grant
-// on a Client's first call and, when it takes the lock in a directory the
-// Client did not watch yet and the new watch started after that
+// on a Client's first call and, when the Client did not watch the record
+// key it writes yet and etcd confirmed the new watch after that
 // transaction, one read to catch up. ctx bounds the requests.
 func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	return c.acquire(ctx, request{name: name, kind: exclusive, try: true})

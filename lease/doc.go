@@ -31,7 +31,7 @@
 // (package owner) and a hold count, and it is attached to the session. The
 // record whose creation revision is lowest holds the lock; the others wait
 // in that order (FIFO across processes), each woken by its Client's watch
-// of the lock's directory when the record ahead of it goes. The creation
+// of the record ahead of it when that record goes. The creation
 // revision of the record is the fencing token (package fence): every later
 // acquisition's record is created at a higher revision.
 //
@@ -70,8 +70,9 @@
 // for that lock, so a lock taken again and again keeps its watch); and,
 // for each acquisition that waits, the one record it waits behind (the
 // last one ahead of it that blocks it), or for a semaphore the lock's
-// directory. A release thus wakes the one waiter behind it, whatever the
-// length of the queue. All of a Client's watches share one gRPC stream,
+// directory. A release thus wakes the one waiter behind it (the readers
+// behind it, for a write lock; every waiting permit of a semaphore),
+// whatever the length of the queue. All of a Client's watches share one gRPC stream,
 // and each starts at the current revision, so etcd keeps it in its
 // "synced" set and delivers events within a millisecond. With K own record
 // keys in use, W waiting acquisitions and S of them semaphore waiters, a

@@ -18,9 +18,10 @@ import (
 // blockers can only shrink, one delete at a time. The Client watches only
 // the last of them (a semaphore waiter: the whole directory), so that a
 // release wakes one waiter and not the whole queue: when that record goes
-// and no other delete was seen, the waiter right behind it is admitted
-// without reading the queue again, and any other waiter reads the queue
-// again and watches the new last blocker (see Client.awaitAdmission).
+// and the waiter knows of no other blocker left (the waiter right behind
+// the head), it is admitted without reading the queue again; otherwise it
+// reads the queue again and watches the new last blocker (see
+// Client.awaitAdmission).
 //
 // Record keys are reused (see session.claimSlot), so the watch may deliver
 // events of an earlier record under the same key. Every event is therefore

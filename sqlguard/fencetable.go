@@ -67,11 +67,10 @@ func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ..
 
 // fenceOp is Fence on a backend.Querier: traced, counted and logged.
 func (g *Guard) fenceOp(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
-	ctx, sp := g.startSpan(ctx, "fence", modeTable, g.tname, tok)
-	sp.setInt(attrResources, len(resources))
-	err := g.decided(ctx, "fence", g.fence(ctx, q, tok, resources...))
-	sp.end(err)
-	return err
+	return g.traced(ctx, "fence", modeTable, g.tname, tok, func(ctx context.Context, sp *span) error {
+		sp.setInt(attrResources, len(resources))
+		return g.fence(ctx, q, tok, resources...)
+	})
 }
 
 // fence is Fence without metrics and logs.
@@ -233,17 +232,13 @@ func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resourc
 }
 
 func (g *Guard) claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
-	ctx, sp := g.startSpan(ctx, "claim", modeTable, g.tname, tok)
-	sp.setInt(attrResources, len(resources))
-	var err error
-	if len(resources) == 0 {
-		err = fmt.Errorf("%w: no resources to claim", ErrInvalid)
-	} else {
-		err = g.runTx(ctx, begin, tok, resources, nil, false, sp)
-	}
-	err = g.decided(ctx, "claim", err)
-	sp.end(err)
-	return err
+	return g.traced(ctx, "claim", modeTable, g.tname, tok, func(ctx context.Context, sp *span) error {
+		sp.setInt(attrResources, len(resources))
+		if len(resources) == 0 {
+			return fmt.Errorf("%w: no resources to claim", ErrInvalid)
+		}
+		return g.runTx(ctx, begin, tok, resources, nil, false, sp)
+	})
 }
 
 // RunTx runs fn in a transaction that is fenced first: it begins a

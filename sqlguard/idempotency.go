@@ -27,14 +27,13 @@ func (g *Guard) Record(ctx context.Context, q DBTX, requestID string) error {
 
 // recordOp is Record on a backend.Querier: traced, counted and logged.
 func (g *Guard) recordOp(ctx context.Context, q backend.Querier, requestID string) error {
-	ctx, sp := g.startSpan(ctx, "record", "", g.rname, fence.Token{})
-	if sp != nil {
-		sp.s.SetAttributes(attrRequest.String(logattr.Hash(requestID)))
-		sp.hide = requestID
-	}
-	err := g.decided(ctx, "record", g.record(ctx, q, requestID))
-	sp.end(err)
-	return err
+	return g.traced(ctx, "record", "", g.rname, fence.Token{}, func(ctx context.Context, sp *span) error {
+		if sp != nil {
+			sp.s.SetAttributes(attrRequest.String(logattr.Hash(requestID)))
+			sp.hide = requestID
+		}
+		return g.record(ctx, q, requestID)
+	})
 }
 
 func (g *Guard) record(ctx context.Context, q backend.Querier, requestID string) error {

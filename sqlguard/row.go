@@ -72,13 +72,15 @@ func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate
 
 // updateOp is Update on a backend.Querier: traced, counted and logged.
 func (g *Guard) updateOp(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
-	ctx, sp := g.startSpan(ctx, "update", modeRow, u.Table, tok)
-	n, err := g.updateRows(ctx, q, tok, u)
-	err = g.decided(ctx, "update", err)
-	if err == nil {
-		sp.setInt(attrRows, int(n))
-	}
-	sp.end(err)
+	var n int64
+	err := g.traced(ctx, "update", modeRow, u.Table, tok, func(ctx context.Context, sp *span) error {
+		var err error
+		n, err = g.updateRows(ctx, q, tok, u)
+		if err == nil {
+			sp.setInt(attrRows, int(n))
+		}
+		return err
+	})
 	return n, err
 }
 
@@ -259,10 +261,9 @@ func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert
 
 // upsertOp is Upsert on a backend.Querier: traced, counted and logged.
 func (g *Guard) upsertOp(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
-	ctx, sp := g.startSpan(ctx, "upsert", modeRow, u.Table, tok)
-	err := g.decided(ctx, "upsert", g.upsertRow(ctx, q, tok, u))
-	sp.end(err)
-	return err
+	return g.traced(ctx, "upsert", modeRow, u.Table, tok, func(ctx context.Context, _ *span) error {
+		return g.upsertRow(ctx, q, tok, u)
+	})
 }
 
 func (g *Guard) upsertRow(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {

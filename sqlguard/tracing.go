@@ -118,6 +118,17 @@ func (g *Guard) startSpan(ctx context.Context, op, mode, table string, tok fence
 	return ctx, &span{s: s, hide: tok.Lock}
 }
 
+// traced runs f as op "fencekit.sqlguard."+op (see startSpan), counts and
+// logs its result (decided), and ends the span with it. f gets the span's
+// context and the span, to add what it learns.
+func (g *Guard) traced(ctx context.Context, op, mode, table string, tok fence.Token,
+	f func(context.Context, *span) error) error {
+	ctx, sp := g.startSpan(ctx, op, mode, table, tok)
+	err := g.decided(ctx, op, f(ctx, sp))
+	sp.end(err)
+	return err
+}
+
 // setInt sets an integer attribute.
 func (s *span) setInt(k attribute.Key, v int) {
 	if s != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -224,31 +223,14 @@ func TestTracingSpans(t *testing.T) {
 // nothing on the caller's span, nothing through the global provider.
 func TestTracingOffRecordsNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		tp, exp := testkit.Tracing(t)
-		globalTP, globalExp := testkit.Tracing(t)
-		prev := otel.GetTracerProvider()
-		otel.SetTracerProvider(globalTP)
-		defer otel.SetTracerProvider(prev)
-
-		g := e.tracedGuard(nil)
-		ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
-		if err := g.RunTx(ctx, e.db.DB, nil, tok(5), []string{"acct"}, nil); err != nil {
-			t.Fatal(err)
-		}
-		g.RunTx(ctx, e.db.DB, nil, tok(3), []string{"acct"}, nil)
-		g.Claim(ctx, e.db.DB, tok(6), "acct")
-		parent.End()
-
-		spans := exp.GetSpans()
-		if len(spans) != 1 || spans[0].Name != "request" {
-			t.Fatalf("spans %v, want only the caller's", spans)
-		}
-		if s := spans[0]; len(s.Attributes) != 0 || len(s.Events) != 0 || s.Status.Code != otelcodes.Unset {
-			t.Errorf("the caller's span got attributes %v, events %v, status %v", s.Attributes, s.Events, s.Status)
-		}
-		if n := len(globalExp.GetSpans()); n != 0 {
-			t.Errorf("%d spans on the global provider", n)
-		}
+		testkit.TracesNothing(t, func(ctx context.Context) {
+			g := e.tracedGuard(nil)
+			if err := g.RunTx(ctx, e.db.DB, nil, tok(5), []string{"acct"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			g.RunTx(ctx, e.db.DB, nil, tok(3), []string{"acct"}, nil)
+			g.Claim(ctx, e.db.DB, tok(6), "acct")
+		})
 	})
 	if _, err := sqlguard.New(sqlguard.SQLite, sqlguard.WithTracerProvider(nil)); !errors.Is(err, sqlguard.ErrInvalid) {
 		t.Errorf("New with a nil TracerProvider = %v, want ErrInvalid", err)

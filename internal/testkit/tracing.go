@@ -8,6 +8,8 @@ import (
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -62,4 +64,33 @@ func OwnerToken(t testing.TB, ctx context.Context, cli *clientv3.Client, l *leas
 	}
 	t.Fatalf("no record of %v", l)
 	return ""
+}
+
+// TracesNothing runs f in the context of a caller's span "request" while
+// another provider is the global one, and fails t unless the caller's
+// span is all that was recorded, with nothing added to it, and nothing
+// went through the global provider: for code that must trace nothing
+// without a TracerProvider of its own.
+func TracesNothing(t testing.TB, f func(ctx context.Context)) {
+	t.Helper()
+	tp, exp := Tracing(t)
+	globalTP, globalExp := Tracing(t)
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(globalTP)
+	defer otel.SetTracerProvider(prev)
+
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	f(ctx)
+	parent.End()
+
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "request" {
+		t.Fatalf("spans %v, want only the caller's", spans)
+	}
+	if s := spans[0]; len(s.Attributes) != 0 || len(s.Events) != 0 || s.Status.Code != codes.Unset {
+		t.Errorf("the caller's span got attributes %v, events %v, status %v", s.Attributes, s.Events, s.Status)
+	}
+	if n := len(globalExp.GetSpans()); n != 0 {
+		t.Errorf("%d spans on the global provider", n)
+	}
 }

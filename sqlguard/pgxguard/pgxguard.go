@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/sqlguard"
@@ -222,7 +223,7 @@ func (g *Guard) querier(q DBTX) backend.Querier {
 }
 
 func (p pgxQ) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	tag, err := p.q.Exec(ctx, query, append(p.mode[:len(p.mode):len(p.mode)], args...)...)
+	tag, err := p.q.Exec(ctx, query, slices.Concat(p.mode, args)...)
 	if err != nil {
 		return 0, err
 	}
@@ -230,7 +231,7 @@ func (p pgxQ) Exec(ctx context.Context, query string, args ...any) (int64, error
 }
 
 func (p pgxQ) Query(ctx context.Context, query string, args ...any) (backend.Rows, error) {
-	rows, err := p.q.Query(ctx, query, append(p.mode[:len(p.mode):len(p.mode)], args...)...)
+	rows, err := p.q.Query(ctx, query, slices.Concat(p.mode, args)...)
 	if err != nil {
 		return nil, err
 	}
