@@ -11,7 +11,6 @@ import (
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 )
 
@@ -69,10 +68,14 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	if err := ValidateName(req.name); err != nil {
 		return nil, err
 	}
-	ctx, span := c.tracer.Start(ctx, "fencekit.lease."+strings.ReplaceAll(req.op, " ", "_"), trace.WithAttributes(
-		attrLock.String(logattr.Hash(req.name)), attrKind.String(req.kind.String())))
+	ctx, span := c.tracer.Start(ctx, "fencekit.lease."+strings.ReplaceAll(req.op, " ", "_"))
+	// Attributes cost hashes: only a span that records gets them.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attrLock.String(logattr.Hash(req.name)), attrKind.String(req.kind.String()))
+	}
 	l, err := c.acquireTraced(ctx, req)
-	if l != nil {
+	if l != nil && recording {
 		span.SetAttributes(attrOwner.String(l.owner.Digest()), attrFence.Int64(l.rev),
 			attrPosition.Int(l.position), attrWaited.Int64(l.acquired.Sub(l.queued).Milliseconds()))
 	}
@@ -101,11 +104,11 @@ func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error)
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrHeld):
-			c.met.acquisitions.WithLabelValues("held").Inc()
+			c.met.held.Inc()
 		case ctx.Err() != nil:
-			c.met.acquisitions.WithLabelValues("cancelled").Inc()
+			c.met.cancelled.Inc()
 		default:
-			c.met.acquisitions.WithLabelValues("error").Inc()
+			c.met.failed.Inc()
 		}
 		err = opErr(req.op, req.name, err)
 		if ctx.Err() == nil && !permanent(err) {
@@ -114,6 +117,9 @@ func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error)
 		return nil, err
 	}
 	c.met.acquired(l.acquired.Sub(start))
+	if !c.log.Enabled(ctx, slog.LevelInfo) {
+		return l, nil // the record's fields cost hashes
+	}
 	c.log.Info("lease acquired", logattr.Lock(req.name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev),
 		slog.Duration("waited", l.acquired.Sub(start)))
 	return l, nil

@@ -10,9 +10,11 @@ import (
 // queueOpts reads a lock's queue: record keys (no values) in the order they
 // were written.
 func queueOpts() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	return queueOptions[:len(queueOptions):len(queueOptions)] // appends copy
 }
+
+var queueOptions = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
 
 // enqueue writes w's record (value val) and returns the queue up to and
 // including it, and the revision that was read at, made current with the
@@ -28,19 +30,24 @@ func queueOpts() []clientv3.OpOption {
 // request. written reports whether the record was written.
 func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (queue []*mvccpb.KeyValue, readRev int64, written bool, err error) {
 	put := clientv3.OpPut(w.key, val, clientv3.WithLease(w.sess.id))
+	alone := try && w.kind == exclusive
+	// reads are built only when needed: an acquisition that writes (the
+	// common case) has no use for them.
+	reads := func() []clientv3.Op {
+		q := clientv3.OpGet(w.dir, queueOpts()...)
+		if alone {
+			// The head is enough to tell who holds it.
+			q = clientv3.OpGet(w.dir, append(queueOpts(), clientv3.WithLimit(1))...)
+		}
+		return []clientv3.Op{q, clientv3.OpGet(w.key)}
+	}
 	cond := clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)
 	then := []clientv3.Op{put, clientv3.OpGet(w.dir, queueOpts()...)}
-	reads := []clientv3.Op{clientv3.OpGet(w.dir, queueOpts()...), clientv3.OpGet(w.key)}
-	alone := try && w.kind == exclusive
+	var orElse []clientv3.Op
 	if alone {
 		cond = clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
 		then = then[:1]
-		// The head is enough to tell who holds it.
-		reads[0] = clientv3.OpGet(w.dir, append(queueOpts(), clientv3.WithLimit(1))...)
-	}
-	var orElse []clientv3.Op
-	if alone {
-		orElse = reads // one request either way, so that polling stays cheap
+		orElse = reads() // one request either way, so that polling stays cheap
 	}
 	for {
 		resp, err := c.etcd.Txn(ctx).If(cond).Then(then...).Else(orElse...).Commit()
@@ -65,7 +72,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		// already): this acquisition's own record, written by an earlier
 		// try whose reply was lost, or someone else's.
 		if !alone {
-			resp, err = c.etcd.Txn(ctx).Then(reads...).Commit()
+			resp, err = c.etcd.Txn(ctx).Then(reads()...).Commit()
 			if err != nil {
 				if err := c.retryable(ctx, w, err); err != nil {
 					return nil, 0, written, err

@@ -21,11 +21,16 @@ type metrics struct {
 	foreign      prometheus.Counter
 	leading      prometheus.Gauge
 	terms        prometheus.Counter
+
+	// Children of the vectors above that every acquisition and call
+	// touches, looked up once (see resolve).
+	acquiredN, held, cancelled, failed prometheus.Counter
+	done                               [opProclaim + 1]prometheus.Counter // results{op, "done"}, by opKind
 }
 
 func newMetrics() *metrics {
 	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
-	return &metrics{
+	m := &metrics{
 		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_lease_acquisitions_total",
 			Help: "Acquire and TryAcquire calls by outcome: acquired, held (TryAcquire found it taken), cancelled (ctx ended), error.",
@@ -65,6 +70,8 @@ func newMetrics() *metrics {
 			Help: "Election terms won (leadership transitions to these Clients).",
 		}),
 	}
+	m.resolve()
+	return m
 }
 
 // register registers m's collectors on reg. A collector that an earlier
@@ -84,7 +91,28 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("lease: register metrics: %w", err)
 	}
+	m.resolve() // the shared collectors' children
 	return nil
+}
+
+// resolve looks up the vectors' children on the hot paths once: a lookup
+// by label values hashes them on every call.
+func (m *metrics) resolve() {
+	m.acquiredN = m.acquisitions.WithLabelValues("acquired")
+	m.held = m.acquisitions.WithLabelValues("held")
+	m.cancelled = m.acquisitions.WithLabelValues("cancelled")
+	m.failed = m.acquisitions.WithLabelValues("error")
+	for op := range m.done {
+		m.done[op] = m.results.WithLabelValues(opKind(op).String(), "done")
+	}
+}
+
+// result is the counter of op's calls with outcome result.
+func (m *metrics) result(op opKind, result string) prometheus.Counter {
+	if result == "done" {
+		return m.done[op]
+	}
+	return m.results.WithLabelValues(op.String(), result)
 }
 
 func lossCause(err error) string {
@@ -106,6 +134,6 @@ func lossCause(err error) string {
 }
 
 func (m *metrics) acquired(wait time.Duration) {
-	m.acquisitions.WithLabelValues("acquired").Inc()
+	m.acquiredN.Inc()
 	m.wait.Observe(wait.Seconds())
 }

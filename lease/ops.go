@@ -136,14 +136,16 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 			next.payload = payload
 		}
 		last := next.count == 0
-		write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 		// Whether a delete of the record seen after this call may be its
 		// doing: not when the Client had already given the record up (seen
 		// gone, or the lease ended) before it was sent.
 		mayDelete := false
+		var write clientv3.Op
 		if last {
 			write = clientv3.OpDelete(l.key)
 			mayDelete = l.c.startRelease(l)
+		} else {
+			write = clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 		}
 		resp, err := l.txn(ctx, write)
 		if err != nil {
@@ -305,14 +307,19 @@ func outcome(err error) string {
 
 func (l *Lease) logResult(op opKind, result string, err error) {
 	name := op.String()
-	l.c.met.results.WithLabelValues(name, result).Inc()
+	l.c.met.result(op, result).Inc()
 	level := slog.LevelInfo
 	if op == opRenew && err == nil {
 		level = slog.LevelDebug
 	}
-	attrs := append(l.attrs(), logattr.Outcome(result))
 	if err != nil {
 		level = slog.LevelWarn
+	}
+	if !l.c.log.Enabled(context.Background(), level) {
+		return // the record's fields cost hashes
+	}
+	attrs := append(l.attrs(), logattr.Outcome(result))
+	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
 	if op == opRelease && err == nil {

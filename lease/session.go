@@ -44,6 +44,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	ended, end := context.WithCancel(context.Background())
 	s := &session{
 		id:         resp.ID,
+		keyID:      fmt.Sprintf("%016x-", int64(resp.ID)),
 		ttl:        ttl,
 		margin:     margin,
 		done:       make(chan struct{}),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 // Client.mu cannot miss its end.
 type session struct {
 	id     clientv3.LeaseID
+	keyID  string // id as record keys carry it: 16 hex digits and a dash
 	ttl    time.Duration
 	margin time.Duration
 	done   chan struct{}
@@ -131,7 +133,7 @@ func (s *session) claimSlot(dir, suffix string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := 0; ; i++ {
-		key := fmt.Sprintf("%s%016x-%x%s", dir, int64(s.id), i, suffix)
+		key := dir + s.keyID + strconv.FormatInt(int64(i), 16) + suffix
 		if _, used := s.slots[key]; !used {
 			s.slots[key] = struct{}{}
 			return key

@@ -37,8 +37,10 @@ func (l *Lease) traced(ctx context.Context, op opKind, call func(context.Context
 	if l == nil {
 		return errNilLease
 	}
-	ctx, span := l.c.tracer.Start(ctx, "fencekit.lease."+op.String(), trace.WithAttributes(
-		attrLock.String(logattr.Hash(l.name)), attrOwner.String(l.owner.Digest()), attrFence.Int64(l.rev)))
+	ctx, span := l.c.tracer.Start(ctx, "fencekit.lease."+op.String())
+	if span.IsRecording() {
+		span.SetAttributes(attrLock.String(logattr.Hash(l.name)), attrOwner.String(l.owner.Digest()), attrFence.Int64(l.rev))
+	}
 	err := call(ctx)
 	endSpan(span, err)
 	return err
@@ -46,6 +48,10 @@ func (l *Lease) traced(ctx context.Context, op opKind, call func(context.Context
 
 // endSpan records err's outcome on span and ends it.
 func endSpan(span trace.Span, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	o := "done"
 	if err != nil {
 		o = outcome(err)
