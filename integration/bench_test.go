@@ -304,7 +304,10 @@ func floorCycle(cli *clientv3.Client, s *concurrency.Session, key string) func()
 
 // BenchmarkCycle is an uncontended acquire + release: fencekit, etcd's
 // Mutex and the raw 2-Txn floor, interleaved on one etcd, each on its own
-// connection.
+// connection. A fourth arm, watched, is the floor run by a client that
+// also watches the key, as a lock that signals the loss of a held record
+// must: the price of that signal alone, which etcd's Mutex does not pay
+// (it watches nothing while uncontended).
 func BenchmarkCycle(b *testing.B) {
 	cl, _ := benchEtcd(b)
 	eps := cl.Endpoints()
@@ -312,13 +315,37 @@ func BenchmarkCycle(b *testing.B) {
 	em := concurrency.NewMutex(benchSession(b, benchClient(b, eps...)), "cycle-em/lock")
 	floorCli := benchClient(b, eps...)
 	floorSess := benchSession(b, floorCli)
+	watchedCli := benchClient(b, eps...)
+	watchedSess := benchSession(b, watchedCli)
+	const watchedKey = "cycle-watched/lock"
+	drainWatch(b, watchedCli, watchedKey)
 	b.Run("uncontended", func(b *testing.B) {
 		interleave(b, plan{rounds: 20, ops: 50, warmup: 50}, []arm{
 			{"fencekit", loop(fencekitCycle(fk, "lock"))},
 			{"etcdmutex", loop(mutexCycle(em))},
 			{"floor", loop(floorCycle(floorCli, floorSess, "cycle-floor/lock"))},
-		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "etcdmutex"}})
+			{"watched", loop(floorCycle(watchedCli, watchedSess, watchedKey))},
+		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "etcdmutex"}, {"watched", "etcdmutex"}, {"fencekit", "watched"}})
 	})
+}
+
+// drainWatch watches key through cli, and reads and drops its events,
+// until the benchmark ends.
+func drainWatch(b *testing.B, cli *clientv3.Client, key string) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	events := cli.Watch(ctx, key, clientv3.WithCreatedNotify())
+	if resp, ok := <-events; !ok || !resp.Created {
+		cancel()
+		b.Fatalf("watch of %s not created: %v", key, resp.Err())
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range events {
+		}
+	}()
+	b.Cleanup(func() { cancel(); <-done })
 }
 
 // BenchmarkReenter is one reentrant acquisition and its release on a held
