@@ -35,6 +35,7 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	sessMu sync.Mutex // serialises session creation
+	busy   busyLocks  // locks found taken lately (see enqueue)
 
 	// mu guards the fields below. A session's and a Lease's own locks
 	// may be taken while it is held, never the other way round.

@@ -35,6 +35,14 @@
 // revision of the record is the fencing token (package fence): every later
 // acquisition's record is created at a higher revision.
 //
+// The transaction that writes a record into a lock that looks free
+// compares the lock's whole directory with nothing: if it is empty the
+// record is the queue, and nothing is read. A lock the Client found taken
+// when it last wrote there is written, instead, with a read of its queue
+// in the same transaction, as is a lock that turns out to be taken (then
+// after that first, failed, transaction), until an acquisition finds it
+// free again.
+//
 // # Semaphores, read/write locks and elections
 //
 // The same records, sessions, watches and owner-checked calls serve three
@@ -80,6 +88,11 @@
 //
 //   - watchers: min(K + W, 512), or 1 once it would have needed more
 //     (S semaphore waiters of one lock share one directory watch);
+//   - requests: per acquisition, one transaction to write its record (two
+//     when a lock it thought free turns out to be taken, see above) and,
+//     while it waits, one read of the queue whenever the record it waits
+//     behind goes and others may still block it; per Release, Reenter or
+//     Proclaim, one transaction;
 //   - events per second: the changes of its own records (two per
 //     acquire and release, one per Reenter, nested Release or Proclaim),
 //     plus one delete per record a waiter waits behind (and, when that

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,16 +19,20 @@ var queueOptions = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysO
 
 // enqueue writes w's record (value val) and returns the queue up to and
 // including it, and the revision that was read at, made current with the
-// watch of w's key (see catchUp). It writes the record unless an earlier
-// try of this acquisition already did (its reply lost), reading the queue
-// in the same transaction; a try of an exclusive record writes only if the
-// lock has no record at all, and then has nothing to read. Otherwise a
-// transaction that does not write is followed by a read of the queue and
-// of w's key: etcd charges for a transaction's unused branch (about 50 µs
-// of a 0.8 ms write here), so the write carries none, and not writing is
-// rare (a retry after a lost reply, a key taken). A try reads in its own
-// transaction's other branch, so that polling a held lock costs one
-// request. written reports whether the record was written.
+// watch of w's key (see catchUp). written reports whether the record was
+// written.
+//
+// A lock that looks free is written in one transaction that compares the
+// whole directory with nothing: when it is empty the record is the queue,
+// and nothing needs reading. Otherwise (and for a lock this Client found
+// taken lately, see busyLocks) the write compares w's key only (unless an
+// earlier try of this acquisition already wrote it, its reply lost) and
+// reads the queue in the same transaction. A transaction that does not
+// write is followed by a read of the queue and of w's key: etcd charges a
+// transaction for its unused branch (measured: more than a read of the
+// queue), so writes carry none, and not writing is rare. A try of an
+// exclusive record reads the head in the same transaction's other branch,
+// so that polling a held lock costs one request.
 func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (queue []*mvccpb.KeyValue, readRev int64, written bool, err error) {
 	put := clientv3.OpPut(w.key, val, clientv3.WithLease(w.sess.id))
 	alone := try && w.kind == exclusive
@@ -41,16 +46,20 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		}
 		return []clientv3.Op{q, clientv3.OpGet(w.key)}
 	}
-	cond := clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)
-	then := []clientv3.Op{put, clientv3.OpGet(w.dir, queueOpts()...)}
-	var orElse []clientv3.Op
-	if alone {
-		cond = clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
-		then = then[:1]
-		orElse = reads() // one request either way, so that polling stays cheap
-	}
+	empty := clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
+	fast := !try && !c.busy.has(w.dir)
 	for {
-		resp, err := c.etcd.Txn(ctx).If(cond).Then(then...).Else(orElse...).Commit()
+		var txn clientv3.Txn
+		switch {
+		case alone:
+			txn = c.etcd.Txn(ctx).If(empty).Then(put).Else(reads()...)
+		case fast:
+			txn = c.etcd.Txn(ctx).If(empty).Then(put)
+		default:
+			txn = c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
+				Then(put, clientv3.OpGet(w.dir, queueOpts()...))
+		}
+		resp, err := txn.Commit()
 		if err != nil {
 			// The request may have gone out; if so etcd may still apply
 			// it, now or later.
@@ -63,10 +72,18 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		if resp.Succeeded {
 			written, readRev = true, resp.Header.Revision
 			queue = []*mvccpb.KeyValue{{Key: []byte(w.key), CreateRevision: readRev, ModRevision: readRev}}
-			if !alone {
+			if !alone && !fast {
 				queue = resp.Responses[1].GetResponseRange().Kvs
+				c.busy.note(w.dir, len(queue) > 1)
 			}
 			break
+		}
+		if fast {
+			// Someone's record is there (or this acquisition's own, from
+			// a try whose reply was lost): queue behind it.
+			fast = false
+			c.busy.note(w.dir, true)
+			continue
 		}
 		// Not written: the key or the lock exists. Read them (a try has
 		// already): this acquisition's own record, written by an earlier
@@ -98,6 +115,42 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		queue, readRev = q, at
 	}
 	return queue, readRev, written, err
+}
+
+// maxBusy bounds busyLocks; forgetting a lock costs its next acquisition
+// one transaction.
+const maxBusy = 4096
+
+// busyLocks are the lock directories in which this Client found someone
+// else's record when it last wrote its own. Writing into a free lock
+// skips the read of its queue (see enqueue), but the attempt fails, and
+// costs a transaction, when the lock is taken; a lock seen taken is
+// therefore written the queueing way until an acquisition finds it free
+// again.
+type busyLocks struct {
+	mu   sync.Mutex
+	dirs map[string]struct{}
+}
+
+func (b *busyLocks) has(dir string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.dirs[dir]
+	return ok
+}
+
+// note records whether dir was found taken.
+func (b *busyLocks) note(dir string, taken bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !taken:
+		delete(b.dirs, dir)
+	case b.dirs == nil || len(b.dirs) >= maxBusy:
+		b.dirs = map[string]struct{}{dir: {}}
+	default:
+		b.dirs[dir] = struct{}{}
+	}
 }
 
 // catchUp makes sure that the watch of w's key delivers every event after
