@@ -320,7 +320,9 @@ func BenchmarkCycle(b *testing.B) {
 	const watchedKey = "cycle-watched/lock"
 	drainWatch(b, watchedCli, watchedKey)
 	b.Run("uncontended", func(b *testing.B) {
-		interleave(b, plan{rounds: 20, ops: 50, warmup: 50}, []arm{
+		// 60 rounds: the arms differ by a few percent, single rounds by
+		// up to 2x (fsync), and a cycle takes about a millisecond.
+		interleave(b, plan{rounds: 60, ops: 50, warmup: 50}, []arm{
 			{"fencekit", loop(fencekitCycle(fk, "lock"))},
 			{"etcdmutex", loop(mutexCycle(em))},
 			{"floor", loop(floorCycle(floorCli, floorSess, "cycle-floor/lock"))},

@@ -11,7 +11,7 @@
 # alternating blocks over rounds, and report medians and per-round ratio
 # spreads; each benchmark function runs once (-benchtime=1x), so b.N does
 # not matter. ROUNDS sets FENCEKIT_BENCH_ROUNDS (the rounds of every
-# interleaved benchmark; default: each benchmark's own, 12 to 20), TRIALS
+# interleaved benchmark; default: each benchmark's own, 12 to 60), TRIALS
 # FENCEKIT_BENCH_TRIALS (LossSignal's trials per case). With the defaults
 # the whole set takes about 5 minutes on 2 cores.
 #

@@ -315,11 +315,19 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 	v, _ := res.get(rw, "ratio:"+pair)
 	lo, _ := res.get(rw, "ratio:"+pair+"-min")
 	hi, _ := res.get(rw, "ratio:"+pair+"-max")
+	// A median that rounds to the limit is shown in full, so that the
+	// verdict can be checked against it.
+	exact := func(limit float64) string {
+		if showRatio(v) != showRatio(limit) {
+			return ""
+		}
+		return fmt.Sprintf(" (median %.3fx)", v)
+	}
 	atMost := func(limit float64) (string, string) {
-		return "≤ " + showRatio(limit), verdict(v <= limit, hi <= limit)
+		return "≤ " + showRatio(limit), verdict(v <= limit, hi <= limit) + exact(limit)
 	}
 	atLeast := func(limit float64) (string, string) {
-		return "≥ " + showRatio(limit), verdict(v >= limit, lo >= limit)
+		return "≥ " + showRatio(limit), verdict(v >= limit, lo >= limit) + exact(limit)
 	}
 	switch {
 	case rw.bench == "Cycle" && pair == "fencekit/floor":

@@ -116,3 +116,24 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// A median that rounds to its target is shown in full next to the verdict.
+func TestVerdictShowsARoundedMedianInFull(t *testing.T) {
+	for _, tc := range []struct{ ratio, max, want string }{
+		{"1.101", "1.2", "| ≤ 1.10x | **MISSED** (median 1.101x) |"},
+		{"1.097", "1.099", "| ≤ 1.10x | met (median 1.097x) |"},
+		{"1.05", "1.09", "| ≤ 1.10x | met |"},
+	} {
+		line := "BenchmarkCycle/uncontended-2   1   1.0 fencekit-ms/op   1.0 floor-ms/op   50 ops/block   " +
+			tc.ratio + " ratio:fencekit/floor   " + tc.max + " ratio:fencekit/floor-max   0.9 ratio:fencekit/floor-min   60 rounds\n"
+		res, err := parse(strings.NewReader(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		writeRatios(&out, res)
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("ratio %s: table lacks %q:\n%s", tc.ratio, tc.want, out.String())
+		}
+	}
+}
