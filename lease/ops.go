@@ -75,8 +75,9 @@ const maxAttempts = 3
 
 // Release gives up one hold. At the last hold it deletes the record and the
 // lease ends with ErrReleased; otherwise it stores the count minus one.
-// Either way it is one transaction comparing this acquisition's owner token,
-// creation revision and the record's last confirmed state.
+// Either way it is one transaction comparing this acquisition's owner token
+// and the record's last confirmed version (its mod revision, which pins
+// its creation revision).
 //
 // It returns nil when done; an error matching ErrNotOwner when another
 // acquisition holds the lock now, or ErrNotFound when nobody does (it
@@ -99,8 +100,9 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Reenter adds one hold to the lease, atomically in etcd: one transaction
-// comparing this acquisition's owner token, creation revision and hold
-// count. Every Reenter needs its own Release. The fencing token does not
+// comparing this acquisition's owner token, hold count and the record's
+// last confirmed version (its mod revision, which pins its creation
+// revision). Every Reenter needs its own Release. The fencing token does not
 // change. Errors are as for Release: after one matching ErrOutcomeUnknown,
 // call Reenter again; it will not add two holds. A Release called instead
 // first finds out whether the Reenter applied (Holds reports it). On a
@@ -258,10 +260,13 @@ func (l *Lease) reads() []clientv3.Op {
 }
 
 // txn runs ops in one transaction if the record is this acquisition's, as
-// last confirmed (same creation revision, mod revision and value).
+// last confirmed: the same owner token, hold count and payload, and the
+// same mod revision. A key's mod revision names the one write that made
+// its current version, here this acquisition's own last confirmed write
+// (or the record's creation), so it pins the creation revision too: a
+// record deleted and written again, even with the same value, has another.
 func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	return l.c.etcd.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
 		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
 		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)),
 	).Then(ops...).Commit()

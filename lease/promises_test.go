@@ -514,3 +514,36 @@ func TestDeadlineWhileReleaseInFlight(t *testing.T) {
 	t.Logf("Release after the deadline: %v; Err: %v", err, l.Err())
 	assert.ErrorIs(t, l.Err(), lease.ErrDeadline, "the first end wins")
 }
+
+// A record deleted and written again with the very bytes of the holder's
+// record (its owner token and hold count) is not the holder's: its mod
+// and creation revisions are new. The holder's Release, after the watch
+// ended the lease, finds it someone else's and leaves it alone.
+func TestRecordWrittenAgainIsNotTheHolders(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t, cli)
+	l, err := c.Acquire(ctx, "again")
+	require.NoError(t, err)
+	require.NoError(t, l.Reenter(ctx)) // so that a Release would write, not delete
+
+	key, _ := heldRecord(t, cli, "again")
+	resp, err := cli.Get(ctx, key)
+	require.NoError(t, err)
+	value := string(resp.Kvs[0].Value)
+	_, err = cli.Delete(ctx, key)
+	require.NoError(t, err)
+	put, err := cli.Put(ctx, key, value)
+	require.NoError(t, err)
+	<-l.Done()
+	require.ErrorIs(t, l.Err(), lease.ErrLost)
+
+	err = l.Release(ctx)
+	require.ErrorIs(t, err, lease.ErrNotOwner)
+	resp, err = cli.Get(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	assert.Equal(t, value, string(resp.Kvs[0].Value), "the record written again is untouched")
+	assert.Equal(t, put.Header.Revision, resp.Kvs[0].ModRevision)
+}
