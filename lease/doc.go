@@ -110,9 +110,9 @@
 // Release and Reenter are each one transaction that compares the record's
 // owner token, hold count and mod revision as last confirmed (the mod
 // revision names this acquisition's own last write, so it pins the
-// creation revision too), so a holder that paused past its TTL can never release or
-// reenter the lock of the holder that replaced it, and a request that etcd
-// applies late can never apply after any later change. Renew is one read
+// creation revision too), so a holder that paused past its TTL can never
+// release or reenter the lock of the holder that replaced it, and a
+// request that etcd applies late can never apply after any later change. Renew is one read
 // that checks the creation revision and owner token, then a keep-alive.
 //
 // # Results

@@ -11,7 +11,9 @@ import (
 // queueOpts reads a lock's queue: record keys (no values) in the order they
 // were written.
 func queueOpts() []clientv3.OpOption {
-	return queueOptions[:len(queueOptions):len(queueOptions)] // appends copy
+	// Capped, so that a caller's append copies rather than writing into
+	// the shared slice.
+	return queueOptions[:len(queueOptions):len(queueOptions)]
 }
 
 var queueOptions = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),

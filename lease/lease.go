@@ -20,8 +20,8 @@ var errNilLease = errors.New("lease: nil *Lease")
 // or release it. Release and Reenter are each one etcd transaction that
 // compares this acquisition's owner token and the record's last confirmed
 // mod revision (which pins its creation revision); Renew reads the record
-// and checks its owner token and creation revision. A holder that was superseded can never act on its
-// successor's record.
+// and checks its owner token and creation revision. A holder that was
+// superseded can never act on its successor's record.
 //
 // A Lease is safe for concurrent use; Renew, Reenter and Release are
 // serialised. Its owner token never leaves it: String and logs show a digest.

@@ -24,7 +24,7 @@ type metrics struct {
 
 	// Children of the vectors above that every acquisition and call
 	// touches, looked up once (see resolve).
-	acquiredN, held, cancelled, failed prometheus.Counter
+	succeeded, held, cancelled, failed prometheus.Counter
 	done                               [opProclaim + 1]prometheus.Counter // results{op, "done"}, by opKind
 }
 
@@ -98,7 +98,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 // resolve looks up the vectors' children on the hot paths once: a lookup
 // by label values hashes them on every call.
 func (m *metrics) resolve() {
-	m.acquiredN = m.acquisitions.WithLabelValues("acquired")
+	m.succeeded = m.acquisitions.WithLabelValues("acquired")
 	m.held = m.acquisitions.WithLabelValues("held")
 	m.cancelled = m.acquisitions.WithLabelValues("cancelled")
 	m.failed = m.acquisitions.WithLabelValues("error")
@@ -134,6 +134,6 @@ func lossCause(err error) string {
 }
 
 func (m *metrics) acquired(wait time.Duration) {
-	m.acquiredN.Inc()
+	m.succeeded.Inc()
 	m.wait.Observe(wait.Seconds())
 }
