@@ -2,14 +2,12 @@ package lease_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -165,12 +163,8 @@ func TestWriteReadsTheQueueOnlyWhenTaken(t *testing.T) {
 // the directory holding the acquisition's own record, reads it, and the
 // acquisition holds the lock with that record, written once.
 func TestLostReplyToFreeLockWriteIsRecognised(t *testing.T) {
-	cl := etcdtest.Start(t)
-	direct := etcdtest.Client(t, cl)
-	p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
-	require.NoError(t, err)
-	defer p.Close()
-	c := newClient(t, etcdtest.Client(t, cl, p.URL()))
+	px := newProxied(t)
+	p, direct, c := px.p, px.direct, px.c
 	ctx := ctxT(t, 30*time.Second)
 	warm, err := c.Acquire(ctx, "warm") // the session, granted before the fault
 	require.NoError(t, err)

@@ -471,13 +471,8 @@ func TestCloseWhileWaiting(t *testing.T) {
 // TestLostReplyIsNotAppliedTwice drops etcd's reply to a Reenter: the
 // retry must find the first attempt applied and not add a second hold.
 func TestLostReplyIsNotAppliedTwice(t *testing.T) {
-	cl := etcdtest.Start(t)
-	direct := etcdtest.Client(t, cl)
-	p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
-	require.NoError(t, err)
-	defer p.Close()
-	viaProxy := etcdtest.Client(t, cl, p.URL())
-	c := newClient(t, viaProxy)
+	px := newProxied(t)
+	p, direct, c := px.p, px.direct, px.c
 	ctx := ctxT(t, 30*time.Second)
 	l, err := c.Acquire(ctx, "lost-reply")
 	require.NoError(t, err)
@@ -648,13 +643,8 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 // deleted at that moment, and the Client deletes it in the background once
 // etcd answers again, so it never blocks the queue.
 func TestLostAcquireReplyLeavesNoOrphan(t *testing.T) {
-	cl := etcdtest.Start(t)
-	direct := etcdtest.Client(t, cl)
-	p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
-	require.NoError(t, err)
-	defer p.Close()
-	viaProxy := etcdtest.Client(t, cl, p.URL())
-	c := newClient(t, viaProxy, lease.WithTTL(3*time.Second))
+	px := newProxied(t, lease.WithTTL(3*time.Second))
+	p, direct, c := px.p, px.direct, px.c
 	ctx := ctxT(t, 30*time.Second)
 
 	// Grant the session first, so only the record's write is in flight.
