@@ -42,22 +42,14 @@ func TestEndToEndPausedHolder(t *testing.T) {
 	client := &http.Client{Transport: tr}
 	write := func(l *lease.Lease, body string) (int, guard.Problem) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(fence.NewContext(ctx, l.Fence()), http.MethodPut, svc.srv.URL+"/items/report", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		status, b := svc.putWithToken(t, ctx, client, l.Fence(), "/items/report", body)
 		var p guard.Problem
-		if resp.StatusCode >= 400 {
-			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		if status >= 400 {
+			if err := json.Unmarshal(b, &p); err != nil {
 				t.Errorf("decode problem: %v", err)
 			}
 		}
-		return resp.StatusCode, p
+		return status, p
 	}
 
 	// A reaches etcd through a proxy that can pause; B directly.

@@ -105,6 +105,27 @@ func send(t *testing.T, method, url, body string, header ...string) (int, guard.
 	return resp.StatusCode, decodeProblem(t, resp)
 }
 
+// putWithToken PUTs body to path on s through client, with tk in the
+// request's context for a guard.Transport to send, and returns the
+// response's status and body.
+func (s *itemServer) putWithToken(t *testing.T, ctx context.Context, client *http.Client, tk fence.Token, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(fence.NewContext(ctx, tk), http.MethodPut, s.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
 func decodeProblem(t *testing.T, resp *http.Response) guard.Problem {
 	t.Helper()
 	var p guard.Problem

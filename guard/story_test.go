@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -84,21 +83,9 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 	client := &http.Client{Transport: tr}
 	write := func(l *lease.Lease, body string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(fence.NewContext(ctx, l.Fence()), http.MethodPut, svc.srv.URL+"/items/report", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		status, b := svc.putWithToken(t, ctx, client, l.Fence(), "/items/report", body)
 		record(string(b))
-		return resp.StatusCode
+		return status
 	}
 
 	proxy, err := faultproxy.New(strings.TrimPrefix(c.Members[0].ClientURL, "http://"))

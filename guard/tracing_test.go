@@ -3,7 +3,6 @@ package guard_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,23 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-func spanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
-	m := map[attribute.Key]attribute.Value{}
-	for _, a := range s.Attributes {
-		m[a.Key] = a.Value
-	}
-	return m
-}
-
 // guardSpans returns the spans of package guard's tracer.
 func guardSpans(exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
-	var out []tracetest.SpanStub
-	for _, s := range exp.GetSpans() {
-		if s.InstrumentationScope.Name == "github.com/fencekit/fencekit/guard" {
-			out = append(out, s)
-		}
-	}
-	return out
+	return testkit.ScopeSpans(exp, "github.com/fencekit/fencekit/guard")
 }
 
 // wantSpan is what a test expects of one decision span; zero numbers are
@@ -50,7 +35,7 @@ type wantSpan struct {
 
 func checkSpan(t *testing.T, s tracetest.SpanStub, w wantSpan) {
 	t.Helper()
-	a := spanAttrs(s)
+	a := testkit.SpanAttrs(s)
 	if s.Name != w.name {
 		t.Errorf("span name %q, want %q", s.Name, w.name)
 	}
@@ -227,17 +212,8 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	client := &http.Client{Transport: tr}
 	write := func(ctx context.Context, tk fence.Token) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(fence.NewContext(ctx, tk), http.MethodPut, svc.srv.URL+"/items/report", strings.NewReader("x"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
+		status, _ := svc.putWithToken(t, ctx, client, tk, "/items/report", "x")
+		return status
 	}
 
 	a, err := locksA.Acquire(ctx, "items")
@@ -270,27 +246,13 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		t.Fatalf("B release: %v", err)
 	}
 
-	spans := exp.GetSpans()
-	var leaseSpans int
-	for _, s := range spans {
-		if s.InstrumentationScope.Name == "github.com/fencekit/fencekit/lease" {
-			leaseSpans++
-		}
-		for _, text := range testkit.SpanTexts(s) {
-			for name, tk := range map[string]string{"A": tokenA, "B": tokenB} {
-				random := tk[strings.LastIndexByte(tk, '.')+1:]
-				if strings.Contains(text, tk) || strings.Contains(text, random) {
-					t.Errorf("span %s carries %s's owner token: %q", s.Name, name, text)
-				}
-			}
-		}
-	}
-	if leaseSpans == 0 {
+	testkit.NoOwnerTokens(t, exp.GetSpans(), map[string]string{"A": tokenA, "B": tokenB})
+	if len(testkit.ScopeSpans(exp, "github.com/fencekit/fencekit/lease")) == 0 {
 		t.Error("no lease spans: the test checks less than it claims")
 	}
 	var outcomes []string
 	for _, s := range guardSpans(exp) {
-		a := spanAttrs(s)
+		a := testkit.SpanAttrs(s)
 		outcomes = append(outcomes, fmt.Sprintf("%s %d", a["fencekit.outcome"].AsString(), a["fencekit.fence"].AsInt64()))
 		for _, text := range testkit.SpanTexts(s) {
 			if strings.Contains(text, "items") {

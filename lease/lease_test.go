@@ -60,6 +60,32 @@ func waitRecords(t *testing.T, cli *clientv3.Client, name string, n int) {
 	require.Eventually(t, func() bool { return len(records(t, cli, name)) == n }, 10*time.Second, 2*time.Millisecond)
 }
 
+// cycleLater acquires name through c in a goroutine and releases it at
+// once; the channel delivers the first error, or nil.
+func cycleLater(ctx context.Context, c *lease.Client, name string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// requireAdmitted fails t with msg unless got delivers within d, and
+// unless what it delivers is nil.
+func requireAdmitted(t *testing.T, got <-chan error, d time.Duration, msg string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(d):
+		t.Fatal(msg)
+	}
+}
+
 func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -242,22 +268,10 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 	waitRecords(t, cli, "c", 1) // the waiter's record is removed, in the background
 
 	// The queue is not blocked: the next waiter gets it as soon as h releases.
-	done := make(chan error, 1)
-	go func() {
-		l, err := w.Acquire(ctx, "c")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		done <- err
-	}()
+	done := cycleLater(ctx, w, "c")
 	waitRecords(t, cli, "c", 2)
 	require.NoError(t, h.Release(ctx))
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("next waiter did not acquire")
-	}
+	requireAdmitted(t, done, 5*time.Second, "next waiter did not acquire")
 }
 
 func TestWaiterStopsWhenItsRecordGoes(t *testing.T) {

@@ -88,19 +88,10 @@ func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
 		require.ErrorIs(t, ls[i].Err(), lease.ErrKeyDeleted)
 	}
 	// Waiting and handing over still work in prefix mode.
-	other := newClient(t, cli)
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "many-5")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := cycleLater(ctx, c, "many-5")
 	waitRecords(t, cli, "many-5", 2)
 	require.NoError(t, ls[5].Release(ctx))
 	require.NoError(t, <-got)
-	_ = other
 }
 
 // A holder's record deleted while its watch reconnects is still reported.
@@ -280,12 +271,7 @@ func TestWaiterBehindACancelledWaiter(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 		require.NoError(t, h.Release(ctx))
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("the waiter was not admitted after the holder released")
-		}
+		requireAdmitted(t, got, 5*time.Second, "the waiter was not admitted after the holder released")
 	})
 }
 
@@ -297,14 +283,7 @@ func TestWaiterAdmittedAcrossCompaction(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	h, err := newClient(t, px.direct).Acquire(ctx, "wc")
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l, err := px.c.Acquire(ctx, "wc")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := cycleLater(ctx, px.c, "wc")
 	waitRecords(t, px.direct, "wc", 2)
 	time.Sleep(100 * time.Millisecond) // the waiter's watch is confirmed
 	px.p.Blackhole()
@@ -315,12 +294,7 @@ func TestWaiterAdmittedAcrossCompaction(t *testing.T) {
 	require.NoError(t, err)
 	px.p.Resume()
 	px.p.ResetConns()
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was never admitted")
-	}
+	requireAdmitted(t, got, 10*time.Second, "the waiter was never admitted")
 }
 
 // A waiter that waits behind a record when its Client switches to one
@@ -333,14 +307,7 @@ func TestWaiterAcrossSwitchToPrefixWatch(t *testing.T) {
 	require.NoError(t, err)
 	var logs testkit.LogBuffer
 	c := newClient(t, etcdtest.Client(t, cl), lease.WithLogger(logs.Logger(slog.LevelInfo)))
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "switch")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := cycleLater(ctx, c, "switch")
 	waitRecords(t, cli, "switch", 2)
 	time.Sleep(100 * time.Millisecond) // the waiter's watches are confirmed
 	for i := range 600 {               // past the Client's per-key watches
@@ -349,10 +316,5 @@ func TestWaiterAcrossSwitchToPrefixWatch(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), "lease client watches its whole prefix")
 	require.NoError(t, h.Release(ctx))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not admitted after the switch")
-	}
+	requireAdmitted(t, got, 10*time.Second, "the waiter was not admitted after the switch")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -44,6 +45,44 @@ func SpanTexts(s tracetest.SpanStub) []string {
 		}
 	}
 	return texts
+}
+
+// ScopeSpans returns the spans exp holds from the tracer named scope (a
+// package's import path).
+func ScopeSpans(exp *tracetest.InMemoryExporter, scope string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.InstrumentationScope.Name == scope {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// SpanAttrs returns a span's attributes by key.
+func SpanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value, len(s.Attributes))
+	for _, a := range s.Attributes {
+		m[a.Key] = a.Value
+	}
+	return m
+}
+
+// NoOwnerTokens fails t for every text of spans (see SpanTexts) that
+// carries one of tokens (holder -> raw owner token, see OwnerToken),
+// whole or its random part.
+func NoOwnerTokens(t testing.TB, spans []tracetest.SpanStub, tokens map[string]string) {
+	t.Helper()
+	for _, s := range spans {
+		for _, text := range SpanTexts(s) {
+			for who, tk := range tokens {
+				random := tk[strings.LastIndexByte(tk, '.')+1:]
+				if strings.Contains(text, tk) || strings.Contains(text, random) {
+					t.Errorf("span %s carries %s's owner token: %q", s.Name, who, text)
+				}
+			}
+		}
+	}
 }
 
 // OwnerToken reads from etcd the raw owner token of l, for tests that

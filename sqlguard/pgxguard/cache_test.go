@@ -74,17 +74,7 @@ func TestStatementCacheAcrossMigrate(t *testing.T) {
 	}
 
 	// The migration, on another connection.
-	for _, s := range []string{
-		"DROP TABLE " + e.prefix + "fence", "DROP TABLE " + e.prefix + "req",
-		"ALTER TABLE " + jobs + " ALTER COLUMN fence TYPE BIGINT",
-	} {
-		if _, err := e.pool.Exec(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.g.Migrate(ctx, e.pool); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	e.migrateUnder(jobs)
 
 	// The caller's cached statement now fails once (0A000, "cached plan
 	// must not change result type"): the hazard exists on this connection.
@@ -146,17 +136,7 @@ func TestWithStatementCacheAcrossMigrate(t *testing.T) {
 	if prepared == 0 {
 		t.Fatal("no statement prepared on the connection")
 	}
-	for _, s := range []string{
-		"DROP TABLE " + e.prefix + "fence", "DROP TABLE " + e.prefix + "req",
-		"ALTER TABLE " + jobs + " ALTER COLUMN fence TYPE BIGINT",
-	} {
-		if _, err := e.pool.Exec(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.g.Migrate(ctx, e.pool); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	e.migrateUnder(jobs)
 	if err := g.RunTx(ctx, conn, pgx.TxOptions{}, tok(60), []string{"acct"}, nil); err != nil {
 		t.Fatalf("RunTx after the migration: %v", err)
 	}

@@ -136,4 +136,23 @@ func (e *env) table(suffix, columns string) string {
 	return name
 }
 
+// migrateUnder changes the schema under every cached statement, from
+// another connection: it drops the Guard's tables, widens the fence
+// column of jobs to BIGINT, and runs Migrate again.
+func (e *env) migrateUnder(jobs string) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, s := range []string{
+		"DROP TABLE " + e.prefix + "fence", "DROP TABLE " + e.prefix + "req",
+		"ALTER TABLE " + jobs + " ALTER COLUMN fence TYPE BIGINT",
+	} {
+		if _, err := e.pool.Exec(ctx, s); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := e.g.Migrate(ctx, e.pool); err != nil {
+		e.t.Fatalf("Migrate: %v", err)
+	}
+}
+
 func tok(rev int64) fence.Token { return fence.Token{Lock: "orders", Revision: rev} }
