@@ -72,19 +72,18 @@
 //
 // # What a Client costs etcd
 //
-// A Client watches only keys of its own locks, never a whole lock's queue:
-// its own record keys, while it holds, waits with or cleans up a record
-// there and for a TTL after that (an acquisition reuses its Client's key
-// for that lock, so a lock taken again and again keeps its watch); and,
-// for each acquisition that waits, the one record it waits behind (the
-// last one ahead of it that blocks it), or for a semaphore the lock's
-// directory. A release thus wakes the one waiter behind it (the readers
-// behind it, for a write lock; every waiting permit of a semaphore),
-// whatever the length of the queue. All of a Client's watches share one gRPC stream,
-// and each starts at the current revision, so etcd keeps it in its
-// "synced" set and delivers events within a millisecond. With K own record
-// keys in use, W waiting acquisitions and S of them semaphore waiters, a
-// Client costs etcd:
+// A Client watches only keys of its own locks, never a whole lock's queue: its
+// own record keys, while it holds, waits with or cleans up a record there and
+// for a TTL after that (an acquisition reuses its Client's key for that lock,
+// so a lock taken again and again keeps its watch); and, for each acquisition
+// that waits, the one record it waits behind (the last one ahead of it that
+// blocks it), or for a semaphore the lock's directory. A release thus wakes the
+// one waiter behind it (the readers behind it, for a write lock; every waiting
+// permit of a semaphore), whatever the length of the queue. All of a Client's
+// watches share one gRPC stream, and each starts at the current revision, so
+// etcd keeps it in its "synced" set and delivers events within a millisecond.
+// With K own record keys in use, W waiting acquisitions and S of them semaphore
+// waiters, a Client costs etcd:
 //
 //   - watchers: min(K + W, 512), or 1 once it would have needed more
 //     (S semaphore waiters of one lock share one directory watch);
@@ -107,13 +106,13 @@
 // receives every change under the prefix: give such a Client a prefix of
 // its own if other Clients share it.
 //
-// Release and Reenter are each one transaction that compares the record's
-// owner token, hold count and mod revision as last confirmed (the mod
-// revision names this acquisition's own last write, so it pins the
-// creation revision too), so a holder that paused past its TTL can never
-// release or reenter the lock of the holder that replaced it, and a
-// request that etcd applies late can never apply after any later change. Renew is one read
-// that checks the creation revision and owner token, then a keep-alive.
+// Release and Reenter are each one transaction that compares the record's owner
+// token, hold count and mod revision as last confirmed (the mod revision names
+// this acquisition's own last write, so it pins the creation revision too), so
+// a holder that paused past its TTL can never release or reenter the lock of
+// the holder that replaced it, and a request that etcd applies late can never
+// apply after any later change. Renew is one read that checks the creation
+// revision and owner token, then a keep-alive.
 //
 // # Results
 //

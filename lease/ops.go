@@ -100,14 +100,13 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Reenter adds one hold to the lease, atomically in etcd: one transaction
-// comparing this acquisition's owner token, hold count and the record's
-// last confirmed version (its mod revision, which pins its creation
-// revision). Every Reenter needs its own Release. The fencing token does
-// not change. Errors are as for Release: after one matching
-// ErrOutcomeUnknown, call Reenter again; it will not add two holds. A Release called instead
-// first finds out whether the Reenter applied (Holds reports it). On a
-// lease that has ended, Reenter returns its Err (ErrReleased, ErrClosed or
-// a *LostError) and sends nothing.
+// comparing this acquisition's owner token, hold count and the record's last
+// confirmed version (its mod revision, which pins its creation revision). Every
+// Reenter needs its own Release. The fencing token does not change. Errors are
+// as for Release: after one matching ErrOutcomeUnknown, call Reenter again; it
+// will not add two holds. A Release called instead first finds out whether the
+// Reenter applied (Holds reports it). On a lease that has ended, Reenter
+// returns its Err (ErrReleased, ErrClosed or a *LostError) and sends nothing.
 func (l *Lease) Reenter(ctx context.Context) error {
 	return l.traced(ctx, opReenter, func(ctx context.Context) error { return l.change(ctx, opReenter, "") })
 }

@@ -1,14 +1,13 @@
-// Command httpguard runs a fenced HTTP service and two workers on an
-// embedded etcd in a temporary directory (started with the public test
-// harness, integration/etcdtest). The service keeps reports and fences
-// writes with guard's middleware, its marks kept in etcd. Worker A holds
-// the "reports" lease and writes; its link to etcd is then cut
-// (integration/faults) for longer than the lease's TTL, so its lease ends and worker B takes over and writes;
-// when A wakes and writes with its old token, the service answers 409
-// Conflict with a problem+json body, and B's report stays; a made-up token
-// is refused with 403, since the service verifies new tokens against the
-// lock records. It prints what happened, exits 0, and leaves nothing
-// behind.
+// Command httpguard runs a fenced HTTP service and two workers on an embedded
+// etcd in a temporary directory (started with the public test harness,
+// integration/etcdtest). The service keeps reports and fences writes with
+// guard's middleware, its marks kept in etcd. Worker A holds the "reports"
+// lease and writes; its link to etcd is then cut (integration/faults) for
+// longer than the lease's TTL, so its lease ends and worker B takes over and
+// writes; when A wakes and writes with its old token, the service answers 409
+// Conflict with a problem+json body, and B's report stays; a made-up token is
+// refused with 403, since the service verifies new tokens against the lock
+// records. It prints what happened, exits 0, and leaves nothing behind.
 //
 //	go run ./examples/httpguard
 package main

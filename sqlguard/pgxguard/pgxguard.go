@@ -45,8 +45,7 @@ type Guard struct {
 
 // New returns a Guard configured by opts, the options of package sqlguard
 // (sqlguard.WithTable, WithMetrics, WithLogger, WithVerifier,
-// WithTracerProvider, ...). It
-// returns the errors of sqlguard.New.
+// WithTracerProvider, ...). It returns the errors of sqlguard.New.
 func New(opts ...sqlguard.Option) (*Guard, error) {
 	sg, err := sqlguard.New(sqlguard.PostgreSQL, opts...)
 	if err != nil {
@@ -56,8 +55,9 @@ func New(opts ...sqlguard.Option) (*Guard, error) {
 }
 
 // Wrap returns a Guard that shares g's configuration, metrics, logger,
-// tracer and verified tokens, for a program that writes through both database/sql and
-// pgx. g must be for sqlguard.PostgreSQL (sqlguard.ErrInvalid otherwise).
+// tracer and verified tokens, for a program that writes through both
+// database/sql and pgx. g must be for sqlguard.PostgreSQL
+// (sqlguard.ErrInvalid otherwise).
 func Wrap(g *sqlguard.Guard) (*Guard, error) {
 	if g == nil {
 		return nil, fmt.Errorf("%w: pgxguard: nil Guard", sqlguard.ErrInvalid)
