@@ -9,8 +9,9 @@ import (
 // on database/sql handles, and package pgxguard on pgx's (see Engine).
 type engine struct{ *Guard }
 
-// Engine returns g's operations on fencekit's internal driver seam: it is
-// how package pgxguard runs g's statements, with g's metrics, logger,
-// tracer and verifier, on pgx. Its result's type is internal to the
-// fencekit module, so no other package can use it.
+// Engine returns g's operations on fencekit's internal driver seam, for
+// package pgxguard, which runs them on pgx with g's configuration,
+// metrics, logger, tracer and verified tokens. It is not for other
+// callers: the handles its methods take are of types internal to the
+// fencekit module, which no other package can make.
 func (g *Guard) Engine() backend.Engine[RowUpdate, RowUpsert, Mark] { return engine{g} }
