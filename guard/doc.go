@@ -4,8 +4,10 @@
 // or plain Go code; and it carries tokens from HTTP clients to those
 // servers.
 //
-// Package guard depends on the standard library, fence and Prometheus
-// only. The gRPC interceptors are in package grpcguard and the etcd-backed
+// Package guard depends on the standard library, fence, Prometheus's
+// client and OpenTelemetry's trace API only (the API, not an SDK: spans
+// are recorded only through the TracerProvider of [WithTracerProvider]).
+// The gRPC interceptors are in package grpcguard and the etcd-backed
 // store in package etcdstore (both under guard/), so that a program that
 // uses neither links neither gRPC nor the etcd client.
 //

@@ -1,7 +1,12 @@
 package sqlguard_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -49,5 +54,29 @@ func TestCoreImportsNoPgx(t *testing.T) {
 		if strings.HasPrefix(d, "github.com/jackc/") || strings.HasPrefix(d, "github.com/go-sql-driver/") || strings.HasPrefix(d, "modernc.org/sqlite") {
 			t.Errorf("sqlguard depends on %s", d)
 		}
+	}
+}
+
+// TestNoInit: no package of sqlguard's tree runs code when imported. The
+// pgx path once reached sqlguard through a hook set in an init function.
+func TestNoInit(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "init" {
+				t.Errorf("%s: func init", fset.Position(fn.Pos()))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -62,18 +62,19 @@ type Mark struct {
 //     example during a lock wait; database/sql then rolls back a
 //     transaction begun with that context.
 func (g *Guard) Fence(ctx context.Context, q DBTX, tok fence.Token, resources ...string) error {
-	return g.fenceOp(ctx, querier(q), tok, resources...)
+	return engine{g}.Fence(ctx, querier(q), tok, resources...)
 }
 
-// fenceOp is Fence on a backend.Querier: traced, counted and logged.
-func (g *Guard) fenceOp(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
+// Fence is Guard.Fence on a backend.Querier: fence, traced, counted and
+// logged.
+func (g engine) Fence(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
 	return g.traced(ctx, "fence", modeTable, g.tname, tok, func(ctx context.Context, sp *span) error {
 		sp.setInt(attrResources, len(resources))
 		return g.fence(ctx, q, tok, resources...)
 	})
 }
 
-// fence is Fence without metrics and logs.
+// fence is Fence without span, metrics and logs, as Claim runs it.
 func (g *Guard) fence(ctx context.Context, q backend.Querier, tok fence.Token, resources ...string) error {
 	rs, err := canonical(tok, resources)
 	if err != nil {
@@ -178,10 +179,11 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 // out of date as soon as it returns. Use it for display and tests, never to
 // decide whether to write.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (Mark, error) {
-	return g.mark(ctx, querier(q), resource)
+	return engine{g}.Mark(ctx, querier(q), resource)
 }
 
-func (g *Guard) mark(ctx context.Context, q backend.Querier, resource string) (Mark, error) {
+// Mark is Guard.Mark on a backend.Querier.
+func (g engine) Mark(ctx context.Context, q backend.Querier, resource string) (Mark, error) {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return Mark{}, err
 	}
@@ -228,10 +230,11 @@ func (g *Guard) Claim(ctx context.Context, db Beginner, tok fence.Token, resourc
 	if db != nil {
 		begin = beginSQL(db, nil)
 	}
-	return g.claim(ctx, begin, tok, resources...)
+	return engine{g}.Claim(ctx, begin, tok, resources...)
 }
 
-func (g *Guard) claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
+// Claim is Guard.Claim on a backend.Begin.
+func (g engine) Claim(ctx context.Context, begin backend.Begin, tok fence.Token, resources ...string) error {
 	return g.traced(ctx, "claim", modeTable, g.tname, tok, func(ctx context.Context, sp *span) error {
 		sp.setInt(attrResources, len(resources))
 		if len(resources) == 0 {
@@ -266,11 +269,11 @@ func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok
 	if fn != nil {
 		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
 	}
-	return g.runTxOp(ctx, begin, tok, resources, f)
+	return engine{g}.RunTx(ctx, begin, tok, resources, f)
 }
 
-// runTxOp is RunTx on a backend.Begin, traced.
-func (g *Guard) runTxOp(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+// RunTx is Guard.RunTx on a backend.Begin, traced.
+func (g engine) RunTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
 	fn func(context.Context, backend.Tx) error) error {
 	mode, table := modeRow, ""
 	if len(resources) > 0 {
@@ -288,7 +291,7 @@ func (g *Guard) runTxOp(ctx context.Context, begin backend.Begin, tok fence.Toke
 // runTx is RunTx; countFence says whether its Fence calls are counted,
 // logged and traced as op "fence" (Claim counts its own result instead).
 // sp, the caller's span, if any, records the attempts.
-func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+func (g engine) runTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
 	fn func(context.Context, backend.Tx) error, countFence bool, sp *span) error {
 	if len(resources) > 0 {
 		if _, err := canonical(tok, resources); err != nil {
@@ -334,7 +337,7 @@ func (g *Guard) runTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 	}
 }
 
-func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
+func (g engine) runOnce(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
 	fn func(context.Context, backend.Tx) error, countFence bool) (err error) {
 	tx, err := begin(ctx)
 	if err != nil {
@@ -348,7 +351,7 @@ func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Toke
 	if len(resources) > 0 {
 		var err error
 		if countFence {
-			err = g.fenceOp(ctx, tx, tok, resources...)
+			err = g.Fence(ctx, tx, tok, resources...)
 		} else {
 			err = g.fence(ctx, tx, tok, resources...)
 		}
@@ -393,10 +396,11 @@ func (g *Guard) runOnce(ctx context.Context, begin backend.Begin, tok fence.Toke
 // *WrongLockError; *RetryableError; the context's error. Bind is not
 // counted in the decision metrics.
 func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
-	return g.bind(ctx, querier(q), resource, lock)
+	return engine{g}.Bind(ctx, querier(q), resource, lock)
 }
 
-func (g *Guard) bind(ctx context.Context, q backend.Querier, resource, lock string) error {
+// Bind is Guard.Bind on a backend.Querier.
+func (g engine) Bind(ctx context.Context, q backend.Querier, resource, lock string) error {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return err
 	}

@@ -22,60 +22,56 @@ import (
 // it. Keys are kept until you delete them (the table has created_at for
 // that); requestID must be 1 to MaxRequestIDLen bytes of UTF-8 without NUL.
 func (g *Guard) Record(ctx context.Context, q DBTX, requestID string) error {
-	return g.recordOp(ctx, querier(q), requestID)
+	return engine{g}.Record(ctx, querier(q), requestID)
 }
 
-// recordOp is Record on a backend.Querier: traced, counted and logged.
-func (g *Guard) recordOp(ctx context.Context, q backend.Querier, requestID string) error {
+// Record is Guard.Record on a backend.Querier: traced, counted and logged.
+func (g engine) Record(ctx context.Context, q backend.Querier, requestID string) error {
 	return g.traced(ctx, "record", "", g.rname, fence.Token{}, func(ctx context.Context, sp *span) error {
 		if sp != nil {
 			sp.s.SetAttributes(attrRequest.String(logattr.Hash(requestID)))
 			sp.hide = requestID
 		}
-		return g.record(ctx, q, requestID)
-	})
-}
-
-func (g *Guard) record(ctx context.Context, q backend.Querier, requestID string) error {
-	if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
-		return err
-	}
-	if err := needTx(q, "record"); err != nil {
-		return err
-	}
-	if g.d.mysqlLike() {
-		// A failed INSERT does not abort a MySQL transaction. INSERT IGNORE
-		// would also hide other errors, and ON DUPLICATE KEY UPDATE counts
-		// depend on clientFoundRows.
-		_, err := q.Exec(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES (?)", requestID)
-		if isMySQLNumber(err, 1062) { // ER_DUP_ENTRY
-			return &DuplicateError{RequestID: requestID}
+		if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
+			return err
+		}
+		if err := needTx(q, "record"); err != nil {
+			return err
+		}
+		n := int64(1)
+		var err error
+		if g.d.mysqlLike() {
+			// A failed INSERT does not abort a MySQL transaction. INSERT
+			// IGNORE would also hide other errors, and ON DUPLICATE KEY
+			// UPDATE counts depend on clientFoundRows.
+			_, err = q.Exec(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES (?)", requestID)
+			if isMySQLNumber(err, 1062) { // ER_DUP_ENTRY
+				n, err = 0, nil
+			}
+		} else {
+			// A failed INSERT would abort a PostgreSQL transaction; DO
+			// NOTHING reports the duplicate as zero rows instead.
+			n, err = q.Exec(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES ("+g.ph(1)+
+				") ON CONFLICT (request_id) DO NOTHING", requestID)
 		}
 		if err != nil {
 			return g.wrapErr(ctx, "record request", err)
 		}
+		if n == 0 {
+			return &DuplicateError{RequestID: requestID}
+		}
 		return nil
-	}
-	// A failed INSERT would abort a PostgreSQL transaction; DO NOTHING
-	// reports the duplicate as zero rows instead.
-	n, err := q.Exec(ctx, "INSERT INTO "+g.requests+" (request_id) VALUES ("+g.ph(1)+
-		") ON CONFLICT (request_id) DO NOTHING", requestID)
-	if err != nil {
-		return g.wrapErr(ctx, "record request", err)
-	}
-	if n == 0 {
-		return &DuplicateError{RequestID: requestID}
-	}
-	return nil
+	})
 }
 
 // Recorded reports whether requestID was recorded, with a plain read. It is
 // for display and tests; only Record decides atomically.
 func (g *Guard) Recorded(ctx context.Context, q DBTX, requestID string) (bool, error) {
-	return g.recorded(ctx, querier(q), requestID)
+	return engine{g}.Recorded(ctx, querier(q), requestID)
 }
 
-func (g *Guard) recorded(ctx context.Context, q backend.Querier, requestID string) (bool, error) {
+// Recorded is Guard.Recorded on a backend.Querier.
+func (g engine) Recorded(ctx context.Context, q backend.Querier, requestID string) (bool, error) {
 	if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
 		return false, err
 	}

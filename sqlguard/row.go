@@ -67,15 +67,27 @@ type RowUpdate struct {
 // *RetryableError; the context's error. q may be a *sql.DB, in which case
 // Update runs in a transaction of its own, unless u.Single is set.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
-	return g.updateOp(ctx, querier(q), tok, u)
+	return engine{g}.Update(ctx, querier(q), tok, u)
 }
 
-// updateOp is Update on a backend.Querier: traced, counted and logged.
-func (g *Guard) updateOp(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
-	var n int64
-	err := g.traced(ctx, "update", modeRow, u.Table, tok, func(ctx context.Context, sp *span) error {
-		var err error
-		n, err = g.updateRows(ctx, q, tok, u)
+// Update is Guard.Update on a backend.Querier: traced, counted and logged.
+func (g engine) Update(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (n int64, err error) {
+	err = g.traced(ctx, "update", modeRow, u.Table, tok, func(ctx context.Context, sp *span) error {
+		table, col, sets, err := g.checkUpdate(q, tok, u)
+		if err != nil {
+			return err
+		}
+		if err := g.verify(ctx, "update", tok); err != nil {
+			return err
+		}
+		if u.Single {
+			n, err = g.updateSingle(ctx, q, tok, u, table, col, sets)
+		} else {
+			err = g.inTx(ctx, q, func(q backend.Querier) error {
+				n, err = g.update(ctx, q, tok, u, table, col, sets, describeWhere(u.Where, u.WhereArgs))
+				return err
+			})
+		}
 		if err == nil {
 			sp.setInt(attrRows, int(n))
 		}
@@ -84,40 +96,28 @@ func (g *Guard) updateOp(ctx context.Context, q backend.Querier, tok fence.Token
 	return n, err
 }
 
-func (g *Guard) updateRows(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate) (int64, error) {
+// checkUpdate validates Update's arguments before any SQL and returns u's
+// quoted table, fence column and assigned columns.
+func (g *Guard) checkUpdate(q backend.Querier, tok fence.Token, u RowUpdate) (table, col string, sets []string, err error) {
 	if err := validToken(tok); err != nil {
-		return 0, err
+		return "", "", nil, err
 	}
-	table, col, err := g.rowNames(u.Table, u.Column)
-	if err != nil {
-		return 0, err
+	if table, col, err = g.rowNames(u.Table, u.Column); err != nil {
+		return "", "", nil, err
 	}
 	if len(u.Set) == 0 {
-		return 0, fmt.Errorf("%w: update %s: no assignments", ErrInvalid, u.Table)
+		return "", "", nil, fmt.Errorf("%w: update %s: no assignments", ErrInvalid, u.Table)
 	}
 	if strings.TrimSpace(u.Where) == "" {
-		return 0, fmt.Errorf("%w: update %s: empty Where", ErrInvalid, u.Table)
+		return "", "", nil, fmt.Errorf("%w: update %s: empty Where", ErrInvalid, u.Table)
 	}
-	sets, err := g.assignments(u.Set, col)
-	if err != nil {
-		return 0, err
+	if sets, err = g.assignments(u.Set, col); err != nil {
+		return "", "", nil, err
 	}
 	if q == nil {
-		return 0, fmt.Errorf("%w: update: nil DBTX", ErrInvalid)
+		return "", "", nil, fmt.Errorf("%w: update: nil DBTX", ErrInvalid)
 	}
-	if err := g.verify(ctx, "update", tok); err != nil {
-		return 0, err
-	}
-	if u.Single {
-		return g.updateSingle(ctx, q, tok, u, table, col, sets)
-	}
-	var n int64
-	err = g.inTx(ctx, q, func(q backend.Querier) error {
-		var err error
-		n, err = g.update(ctx, q, tok, u, table, col, sets, describeWhere(u.Where, u.WhereArgs))
-		return err
-	})
-	return n, err
+	return table, col, sets, nil
 }
 
 // row describes the targeted rows for a *StaleError.
@@ -256,43 +256,39 @@ type RowUpsert struct {
 // WHERE). q may be a *sql.DB, in which case Upsert runs in a transaction of
 // its own.
 func (g *Guard) Upsert(ctx context.Context, q DBTX, tok fence.Token, u RowUpsert) error {
-	return g.upsertOp(ctx, querier(q), tok, u)
+	return engine{g}.Upsert(ctx, querier(q), tok, u)
 }
 
-// upsertOp is Upsert on a backend.Querier: traced, counted and logged.
-func (g *Guard) upsertOp(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
+// Upsert is Guard.Upsert on a backend.Querier: traced, counted and logged.
+func (g engine) Upsert(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
 	return g.traced(ctx, "upsert", modeRow, u.Table, tok, func(ctx context.Context, _ *span) error {
-		return g.upsertRow(ctx, q, tok, u)
-	})
-}
-
-func (g *Guard) upsertRow(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpsert) error {
-	if err := validToken(tok); err != nil {
-		return err
-	}
-	table, col, err := g.rowNames(u.Table, u.Column)
-	if err != nil {
-		return err
-	}
-	if len(u.Key) == 0 {
-		return fmt.Errorf("%w: upsert %s: no key columns", ErrInvalid, u.Table)
-	}
-	keys, err := g.assignments(u.Key, col)
-	if err != nil {
-		return err
-	}
-	sets, err := g.assignments(u.Set, col)
-	if err != nil {
-		return err
-	}
-	if q == nil {
-		return fmt.Errorf("%w: upsert: nil DBTX", ErrInvalid)
-	}
-	if err := g.verify(ctx, "upsert", tok); err != nil {
-		return err
-	}
-	return g.inTx(ctx, q, func(q backend.Querier) error {
-		return g.upsert(ctx, q, tok, u, table, col, keys, sets)
+		if err := validToken(tok); err != nil {
+			return err
+		}
+		table, col, err := g.rowNames(u.Table, u.Column)
+		if err != nil {
+			return err
+		}
+		if len(u.Key) == 0 {
+			return fmt.Errorf("%w: upsert %s: no key columns", ErrInvalid, u.Table)
+		}
+		keys, err := g.assignments(u.Key, col)
+		if err != nil {
+			return err
+		}
+		sets, err := g.assignments(u.Set, col)
+		if err != nil {
+			return err
+		}
+		if q == nil {
+			return fmt.Errorf("%w: upsert: nil DBTX", ErrInvalid)
+		}
+		if err := g.verify(ctx, "upsert", tok); err != nil {
+			return err
+		}
+		return g.inTx(ctx, q, func(q backend.Querier) error {
+			return g.upsert(ctx, q, tok, u, table, col, keys, sets)
+		})
 	})
 }
 

@@ -82,10 +82,11 @@ func (g *Guard) schema() []string {
 // with *SchemaError when it is unsafe. It creates the idempotency-key table
 // only when Schema includes it (see WithTable).
 func (g *Guard) Migrate(ctx context.Context, q DBTX) error {
-	return g.migrate(ctx, querier(q))
+	return engine{g}.Migrate(ctx, querier(q))
 }
 
-func (g *Guard) migrate(ctx context.Context, q backend.Querier) error {
+// Migrate is Guard.Migrate on a backend.Querier.
+func (g engine) Migrate(ctx context.Context, q backend.Querier) error {
 	if q == nil {
 		return fmt.Errorf("%w: migrate: nil DBTX", ErrInvalid)
 	}
@@ -110,7 +111,7 @@ func (g *Guard) migrate(ctx context.Context, q backend.Querier) error {
 			}
 		}
 	}
-	return g.checkSchema(ctx, q)
+	return g.CheckSchema(ctx, q)
 }
 
 func hasCol(cols map[string]colInfo, name string) bool {
@@ -134,10 +135,11 @@ func (g *Guard) clusterType() string {
 // compares below '9' as text and a stale token would pass), or, on MySQL
 // and MariaDB, name columns that are not binary strings.
 func (g *Guard) CheckSchema(ctx context.Context, q DBTX) error {
-	return g.checkSchema(ctx, querier(q))
+	return engine{g}.CheckSchema(ctx, querier(q))
 }
 
-func (g *Guard) checkSchema(ctx context.Context, q backend.Querier) error {
+// CheckSchema is Guard.CheckSchema on a backend.Querier.
+func (g engine) CheckSchema(ctx context.Context, q backend.Querier) error {
 	if q == nil {
 		return fmt.Errorf("%w: check schema: nil DBTX", ErrInvalid)
 	}
@@ -172,10 +174,11 @@ func (g *Guard) checkSchema(ctx context.Context, q backend.Querier) error {
 // a 64-bit integer (SQLite: INTEGER affinity). A nullable column is
 // accepted; NULL counts as 0. It returns *SchemaError otherwise.
 func (g *Guard) CheckColumn(ctx context.Context, q DBTX, table, column string) error {
-	return g.checkColumn(ctx, querier(q), table, column)
+	return engine{g}.CheckColumn(ctx, querier(q), table, column)
 }
 
-func (g *Guard) checkColumn(ctx context.Context, q backend.Querier, table, column string) error {
+// CheckColumn is Guard.CheckColumn on a backend.Querier.
+func (g engine) CheckColumn(ctx context.Context, q backend.Querier, table, column string) error {
 	if column == "" {
 		column = DefaultColumn
 	}

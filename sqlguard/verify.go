@@ -166,10 +166,11 @@ func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChang
 // and for old's lock (ErrInvalid otherwise). A reset is logged at Warn
 // with both marks ("mark_old", "mark"); the row's seq grows by one.
 func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, next fence.Token) error {
-	return g.resetMark(ctx, querier(q), resource, old, next)
+	return engine{g}.ResetMark(ctx, querier(q), resource, old, next)
 }
 
-func (g *Guard) resetMark(ctx context.Context, q backend.Querier, resource string, old, next fence.Token) error {
+// ResetMark is Guard.ResetMark on a backend.Querier.
+func (g engine) ResetMark(ctx context.Context, q backend.Querier, resource string, old, next fence.Token) error {
 	if err := validText("resource name", resource, MaxResourceLen); err != nil {
 		return err
 	}

@@ -47,42 +47,7 @@ func (s *Store) Key(resource string) string { return s.prefix + resource }
 
 // Advance implements guard.Store.
 func (s *Store) Advance(ctx context.Context, resource string, t fence.Token) (fence.Token, error) {
-	if resource == "" {
-		return fence.Token{}, fmt.Errorf("%w: empty resource name", guard.ErrInvalidTarget)
-	}
-	if err := t.Validate(); err != nil {
-		return fence.Token{}, err
-	}
-	key := s.Key(resource)
-	resp, err := s.cli.Get(ctx, key)
-	if err != nil {
-		return fence.Token{}, fmt.Errorf("etcdstore: read mark: %w", err)
-	}
-	kvs := resp.Kvs
-	for {
-		mark, modRev, err := decodeMark(key, kvs)
-		if err != nil {
-			return fence.Token{}, err
-		}
-		if err := fence.Check(mark, t); err != nil {
-			return mark, err
-		}
-		if mark == t {
-			return mark, nil
-		}
-		txn, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, t.String())).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		if err != nil {
-			return fence.Token{}, fmt.Errorf("etcdstore: advance mark: %w", err)
-		}
-		if txn.Succeeded {
-			return t, nil
-		}
-		kvs = txn.Responses[0].GetResponseRange().GetKvs()
-	}
+	return s.advance(ctx, resource, t, nil)
 }
 
 // Mark implements guard.Store: it returns an error matching
@@ -162,11 +127,20 @@ type Conditioner interface {
 // and the mark can rise to a token whose holder lost the lock in between.
 // v's errors are returned as they are, with the unchanged mark.
 func (s *Store) AdvanceVerified(ctx context.Context, resource string, t fence.Token, v guard.Verifier) (fence.Token, error) {
-	if resource == "" {
-		return fence.Token{}, fmt.Errorf("%w: empty resource name", guard.ErrInvalidTarget)
-	}
 	if v == nil {
 		return fence.Token{}, errors.New("etcdstore: nil verifier")
+	}
+	return s.advance(ctx, resource, t, v)
+}
+
+// advance is Advance, and AdvanceVerified for a non-nil v: it reads the
+// mark, decides an equal, stale or wrong-lock token from it, and raises it
+// to a newer t in a Txn that compares the key's ModRevision with the one
+// read (and v's condition, see AdvanceVerified), deciding again on
+// conflict.
+func (s *Store) advance(ctx context.Context, resource string, t fence.Token, v guard.Verifier) (fence.Token, error) {
+	if resource == "" {
+		return fence.Token{}, fmt.Errorf("%w: empty resource name", guard.ErrInvalidTarget)
 	}
 	if err := t.Validate(); err != nil {
 		return fence.Token{}, err
@@ -189,16 +163,12 @@ func (s *Store) AdvanceVerified(ctx context.Context, resource string, t fence.To
 			return mark, nil
 		}
 		conds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", modRev)}
-		if c, ok := v.(Conditioner); ok {
-			cmp, id, err := c.Condition(ctx, t)
+		if v != nil {
+			cmp, err := verified(ctx, t, v, cluster)
 			if err != nil {
 				return mark, err
 			}
-			if id == cluster {
-				conds = append(conds, cmp)
-			}
-		} else if err := v.Verify(ctx, t); err != nil {
-			return mark, err
+			conds = append(conds, cmp...)
 		}
 		txn, err := s.cli.Txn(ctx).If(conds...).Then(clientv3.OpPut(key, t.String())).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
@@ -210,4 +180,19 @@ func (s *Store) AdvanceVerified(ctx context.Context, resource string, t fence.To
 		// The mark moved or t's holder let go: decide again.
 		kvs = txn.Responses[0].GetResponseRange().GetKvs()
 	}
+}
+
+// verified verifies t with v and returns the comparisons the Txn that
+// raises the mark must add: v's condition when v is a Conditioner of the
+// store's etcd cluster, and none otherwise (v has then verified t).
+func verified(ctx context.Context, t fence.Token, v guard.Verifier, cluster uint64) ([]clientv3.Cmp, error) {
+	c, ok := v.(Conditioner)
+	if !ok {
+		return nil, v.Verify(ctx, t)
+	}
+	cmp, id, err := c.Condition(ctx, t)
+	if err != nil || id != cluster {
+		return nil, err
+	}
+	return []clientv3.Cmp{cmp}, nil
 }

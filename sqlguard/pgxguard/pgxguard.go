@@ -39,7 +39,7 @@ type Beginner interface {
 // concurrent use.
 type Guard struct {
 	sg     *sqlguard.Guard
-	e      backend.Engine
+	e      backend.Engine[sqlguard.RowUpdate, sqlguard.RowUpsert, sqlguard.Mark]
 	cached bool // statements follow the connection's DefaultQueryExecMode (see WithStatementCache)
 }
 
@@ -65,7 +65,7 @@ func Wrap(g *sqlguard.Guard) (*Guard, error) {
 	if g.Dialect() != sqlguard.PostgreSQL {
 		return nil, fmt.Errorf("%w: pgxguard: dialect %v, want postgresql", sqlguard.ErrInvalid, g.Dialect())
 	}
-	return &Guard{sg: g, e: backend.EngineOf(g)}, nil
+	return &Guard{sg: g, e: g.Engine()}, nil
 }
 
 // WithStatementCache returns a Guard like g whose own statements run in
@@ -149,11 +149,7 @@ func (g *Guard) Recorded(ctx context.Context, q DBTX, requestID string) (bool, e
 // Mark returns resource's mark, or an error matching sqlguard.ErrNotFound,
 // as sqlguard.Guard.Mark does: for display and tests only.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (sqlguard.Mark, error) {
-	m, err := g.e.Mark(ctx, g.querier(q), resource)
-	if err != nil {
-		return sqlguard.Mark{}, err
-	}
-	return m.(sqlguard.Mark), nil
+	return g.e.Mark(ctx, g.querier(q), resource)
 }
 
 // Migrate creates the tables and checks them, as sqlguard.Guard.Migrate

@@ -1,7 +1,10 @@
-// Package backend is the seam between sqlguard's statements and the
+// Package backend is the seam between sqlguard's operations and the
 // drivers that run them: database/sql in package sqlguard, pgx in package
-// pgxguard. Both paths run the same statements through these interfaces,
-// so the SQL exists once.
+// pgxguard. Each driver implements Querier, Tx and Rows; each operation
+// (Fence, Update, ...) is written once, in package sqlguard, as a method
+// on these interfaces, and Engine is how package pgxguard reaches them
+// (sqlguard.Guard.Engine): with sqlguard's own types, no init and no
+// package-level hook.
 package backend
 
 import (
@@ -48,25 +51,23 @@ type Rows interface {
 // Begin starts a transaction for RunTx and Claim.
 type Begin func(ctx context.Context) (Tx, error)
 
-// Engine is sqlguard's *Guard seen through Querier. u and the returned
-// mark are sqlguard's own types (RowUpdate, RowUpsert, Mark), passed as any
-// to keep this package free of an import cycle.
-type Engine interface {
+// Engine is a *sqlguard.Guard's operations on a Querier: the one
+// implementation of each of them, which package sqlguard runs on
+// database/sql and package pgxguard on pgx (sqlguard.Guard.Engine). Its
+// type parameters are sqlguard's RowUpdate, RowUpsert and Mark: this
+// package cannot name them without an import cycle.
+type Engine[Update, Upsert, Mark any] interface {
 	Fence(ctx context.Context, q Querier, tok fence.Token, resources ...string) error
 	Claim(ctx context.Context, begin Begin, tok fence.Token, resources ...string) error
 	RunTx(ctx context.Context, begin Begin, tok fence.Token, resources []string, fn func(context.Context, Tx) error) error
-	Update(ctx context.Context, q Querier, tok fence.Token, u any) (int64, error)
-	Upsert(ctx context.Context, q Querier, tok fence.Token, u any) error
+	Update(ctx context.Context, q Querier, tok fence.Token, u Update) (int64, error)
+	Upsert(ctx context.Context, q Querier, tok fence.Token, u Upsert) error
 	Record(ctx context.Context, q Querier, requestID string) error
 	Recorded(ctx context.Context, q Querier, requestID string) (bool, error)
-	Mark(ctx context.Context, q Querier, resource string) (any, error)
+	Mark(ctx context.Context, q Querier, resource string) (Mark, error)
 	Migrate(ctx context.Context, q Querier) error
 	CheckSchema(ctx context.Context, q Querier) error
 	CheckColumn(ctx context.Context, q Querier, table, column string) error
 	ResetMark(ctx context.Context, q Querier, resource string, old, next fence.Token) error
 	Bind(ctx context.Context, q Querier, resource, lock string) error
 }
-
-// EngineOf returns the Engine of a *sqlguard.Guard. Package sqlguard sets
-// it when it is initialised.
-var EngineOf func(g any) Engine
