@@ -30,7 +30,7 @@ func redisAddr() string {
 // FENCEKIT_REQUIRE_DB is "1".
 func connect(t testing.TB, addr string) *redis.Client {
 	t.Helper()
-	cli := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	cli := redis.NewClient(&redis.Options{Addr: addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := cli.Ping(ctx).Err(); err != nil {
