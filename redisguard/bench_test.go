@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +28,9 @@ import (
 //   - set: Guard.Set with a token equal to the mark (fencekit) against a
 //     plain SET (floor) and against MULTI/EXEC of GET of the mark and the
 //     SET (multi), what a client-side check would cost at least.
-//     Target: fencekit/floor <= 1.3x.
+//     Target: fencekit/floor <= 1.3x. A fourth arm, nolife, runs the same
+//     script with the server's run_id given instead of read with INFO
+//     server: the price of the Durability check alone (fencekit/nolife).
 //   - store: Store.Advance with the current token (fencekit) against an
 //     EVALSHA of a one-line script reading one key (floor).
 //
@@ -57,14 +60,27 @@ func BenchmarkRedis(b *testing.B) {
 		if err := g.Claim(ctx, tok, res); err != nil {
 			b.Fatal(err)
 		}
-		plain, multi := client(), client()
+		plain, multi, bare := client(), client(), client()
 		markKey := g.MarkKey(res)
+		info, err := bare.Info(ctx, "server").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, after, _ := strings.Cut(info, "run_id:")
+		nolife := redis.NewScript(strings.Replace(redisguard.FenceScript,
+			"local info = redis.call('INFO', 'server')", "local info = 'run_id:"+after[:40]+"'", 1))
+		if nolife.Hash() == redis.NewScript(redisguard.FenceScript).Hash() {
+			b.Fatal("the nolife arm runs the script unchanged")
+		}
 		interleave(b, plan{rounds: 20, ops: 500, warmup: 500}, []arm{
 			{"fencekit", loop(func() error {
 				_, err := g.Set(ctx, tgt, tok, key, "v")
 				return err
 			})},
 			{"floor", loop(func() error { return plain.Set(ctx, key, "v", 0).Err() })},
+			{"nolife", loop(func() error {
+				return nolife.Run(ctx, bare, []string{markKey, key}, "42", "bench", "r", 1, "SET", 1, "v").Err()
+			})},
 			{"multi", loop(func() error {
 				_, err := multi.TxPipelined(ctx, func(p redis.Pipeliner) error {
 					p.HGet(ctx, markKey, "rev")
@@ -73,7 +89,7 @@ func BenchmarkRedis(b *testing.B) {
 				})
 				return err
 			})},
-		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}})
+		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}, {"fencekit", "nolife"}, {"nolife", "floor"}})
 	})
 
 	b.Run("store", func(b *testing.B) {

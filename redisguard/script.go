@@ -53,32 +53,36 @@ elseif raise and mode == '' then
 end
 local n = tonumber(ARGV[4])
 local out = {'ok'}
-local undo, seen = {}, {}
-local a = 5
-for i = 1, n do
-  local key, argc = KEYS[1 + i], tonumber(ARGV[a + 1])
-  local args = {ARGV[a], key}
-  for j = 1, argc do args[2 + j] = ARGV[a + 1 + j] end
-  a = a + 2 + argc
-  if n > 1 and not seen[key] then
-    seen[key] = true
-    local d = redis.call('DUMP', key)
-    undo[#undo + 1] = {key, d, d and redis.call('PTTL', key)}
-  end
-  local r = redis.pcall(unpack(args))
-  if type(r) == 'table' and r.err then
-    for u = #undo, 1, -1 do
-      local k, d, ttl = undo[u][1], undo[u][2], undo[u][3]
-      if d then
-        if ttl < 0 then ttl = 0 end
-        redis.call('RESTORE', k, ttl, d, 'REPLACE')
-      else
-        redis.call('DEL', k)
-      end
+if n == 1 then
+  local r = redis.pcall(ARGV[5], KEYS[2], unpack(ARGV, 7, 6 + tonumber(ARGV[6])))
+  if type(r) == 'table' and r.err then return {'error', '0', r.err} end
+  out[2] = r
+elseif n > 1 then
+  local undo, seen = {}, {}
+  local a = 5
+  for i = 1, n do
+    local key, argc = KEYS[1 + i], tonumber(ARGV[a + 1])
+    if not seen[key] then
+      seen[key] = true
+      local d = redis.call('DUMP', key)
+      undo[#undo + 1] = {key, d, d and redis.call('PTTL', key)}
     end
-    return {'error', tostring(i - 1), r.err}
+    local r = redis.pcall(ARGV[a], key, unpack(ARGV, a + 2, a + 1 + argc))
+    a = a + 2 + argc
+    if type(r) == 'table' and r.err then
+      for u = #undo, 1, -1 do
+        local k, d, ttl = undo[u][1], undo[u][2], undo[u][3]
+        if d then
+          if ttl < 0 then ttl = 0 end
+          redis.call('RESTORE', k, ttl, d, 'REPLACE')
+        else
+          redis.call('DEL', k)
+        end
+      end
+      return {'error', tostring(i - 1), r.err}
+    end
+    out[i + 1] = r
   end
-  out[i + 1] = r
 end
 if raise then
   redis.call('HSET', KEYS[1], 'rev', rev, 'lock', lock, 'life', life)
