@@ -30,16 +30,18 @@ func redisAddr() string {
 // FENCEKIT_REQUIRE_DB is "1".
 func connect(t testing.TB, addr string) *redis.Client {
 	t.Helper()
-	cli := redis.NewClient(&redis.Options{Addr: addr})
+	probe := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}) // no retries: skip at once
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := cli.Ping(ctx).Err(); err != nil {
-		cli.Close()
+	err := probe.Ping(ctx).Err()
+	probe.Close()
+	if err != nil {
 		if os.Getenv(testkit.EnvRequireDB) == "1" {
 			t.Fatalf("Redis at %s (%s) does not answer: %v", addr, envRedisAddr, err)
 		}
 		t.Skipf("Redis at %s does not answer (%v): start one or set %s to run this test", addr, err, envRedisAddr)
 	}
+	cli := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { cli.Close() })
 	return cli
 }
