@@ -142,8 +142,9 @@ func (g *Guard) MarkKey(resource string) string { return g.m.markKey(resource) }
 //     would have raised the mark or claimed the resource;
 //   - ErrCommand: Redis refused a command while running it (a
 //     *CommandError); the batch's earlier commands are undone;
-//   - or an error from Redis, the verifier or ctx, when the outcome is
-//     unknown only if it came from Redis after sending.
+//   - or another error: the verifier could not tell, ctx ended, or Redis
+//     failed. Only a Redis failure after sending (a broken connection, a
+//     timeout) leaves the outcome unknown; the script itself is atomic.
 func (g *Guard) Exec(ctx context.Context, tgt guard.Target, t fence.Token, cmds ...Cmd) ([]any, error) {
 	if len(cmds) == 0 {
 		err := fmt.Errorf("%w: a fenced write of no commands (use Claim to advance a mark)", ErrBadCommand)
