@@ -42,7 +42,13 @@
 // Commands are data: the script's text is fixed, and names, keys and
 // arguments reach it as KEYS and ARGV, checked against the allow-list
 // (see [Command] for the list and why it is fixed). The script runs with
-// EVALSHA, loaded with EVAL when the server does not have it yet.
+// EVALSHA, loaded with EVAL when the server does not have it yet (after
+// a restart or SCRIPT FLUSH). A batch of several commands snapshots each
+// key it touches (DUMP and PTTL) before changing it, to undo the batch
+// when a later command fails: keep such batches to small keys; a single
+// command needs no snapshot. With Redis ACLs, the user needs EVALSHA,
+// EVAL, INFO, HMGET, HSET, DUMP, PTTL, RESTORE and DEL besides the
+// batch's commands.
 //
 // # Keys and Redis Cluster
 //
