@@ -8,10 +8,9 @@
 //
 // It is a Go module of its own (github.com/fencekit/fencekit/redisguard)
 // so that only programs that use it link go-redis
-// (github.com/redis/go-redis/v9). It is tested with Redis 7.0,
-// standalone; it takes any redis.UniversalClient (Cluster, Sentinel,
-// Ring), and keeps every script's keys in one hash slot for Cluster
-// (checked without a cluster).
+// (github.com/redis/go-redis/v9). It takes any redis.UniversalClient
+// (standalone, Cluster, Sentinel failover, Ring) and is tested with Redis
+// 7.0, standalone and as a one-node Cluster through redis.ClusterClient.
 //
 // # Fenced writes
 //
