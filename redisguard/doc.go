@@ -80,8 +80,9 @@
 //
 // A token older than a mark of an earlier life is still refused as
 // stale. The same rule makes the first write of a new resource a claim,
-// and a failover, a restart or SCRIPT FLUSH costs one verification per
-// resource (or a Claim). Marks must not be evicted: run Redis with
+// and a restart or a failover costs one verification per resource (or a
+// Claim). Reading INFO server is most of the script's own cost (see
+// BenchmarkRedis, arm nolife). Marks must not be evicted: run Redis with
 // maxmemory-policy noeviction or a volatile-* policy (marks have no TTL).
 //
 // # The verification window
