@@ -15,7 +15,9 @@
 # FENCEKIT_BENCH_TRIALS (LossSignal's trials per case). With the defaults
 # the whole set takes about 3 minutes on 2 cores.
 #
-# Set FENCEKIT_PG_DSN to include PostgreSQL in BenchmarkGuard.
+# Set FENCEKIT_PG_DSN to include PostgreSQL in BenchmarkGuard. BenchmarkRedis
+# (module redisguard) runs against FENCEKIT_REDIS_ADDR (default
+# 127.0.0.1:6379).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${COUNT:-1}
@@ -30,6 +32,9 @@ done
 if [[ -n "${FENCEKIT_PG_DSN:-}" ]]; then desc="FENCEKIT_PG_DSN=<local PostgreSQL> $desc"; fi
 start=$(date +%s)
 go test ./integration -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 60m | tee "$out"
+# redisguard is a module of its own; its benchmark needs Redis
+# (FENCEKIT_REDIS_ADDR, default 127.0.0.1:6379) and skips without it.
+(cd redisguard && go test -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 10m .) | tee -a "$out"
 took=$(( $(date +%s) - start ))
 go run ./scripts/benchtable \
   -machine "$(nproc) cores, $(go version | cut -d' ' -f3-), $(uname -sr), $(date -u +%Y-%m-%d), ${took} s" \

@@ -1,0 +1,220 @@
+//go:build unix
+
+package redisguard_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/redisguard"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkRedis is the cost of fencing a Redis write, with the arms of
+// each comparison interleaved in one process, on one connection each, as
+// the benchmarks of package integration (scripts/bench.sh) are: the
+// arms run in alternating blocks, rotating which goes first, over rounds,
+// and the figures are medians with the per-round ratio spread (min–max).
+//
+//   - set: Guard.Set with a token equal to the mark (fencekit) against a
+//     plain SET (floor) and against MULTI/EXEC of GET of the mark and the
+//     SET (multi), what a client-side check would cost at least.
+//     Target: fencekit/floor <= 1.3x. A fourth arm, nolife, runs the same
+//     script with the server's run_id given instead of read with INFO
+//     server: the price of the Durability check alone (fencekit/nolife).
+//   - store: Store.Advance with the current token (fencekit) against an
+//     EVALSHA of a one-line script reading one key (floor).
+//
+// Run with -benchtime=1x: each function runs its rounds once.
+// FENCEKIT_BENCH_ROUNDS overrides the rounds.
+func BenchmarkRedis(b *testing.B) {
+	ctx := context.Background()
+	// One connection per arm, so no arm waits for another's.
+	client := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: 1, MaxRetries: -1})
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	probe, id := testRedis(b)
+	_ = probe
+	res := id + "-bench"
+	tok := fence.Token{Lock: "bench", Revision: 42}
+	tgt := guard.Target{Resource: res, Lock: "bench"}
+	key := redisguard.Key(res, "value")
+	prefix := id + ":mark:"
+
+	b.Run("set", func(b *testing.B) {
+		g, err := redisguard.New(client(), redisguard.WithPrefix(prefix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Claim(ctx, tok, res); err != nil {
+			b.Fatal(err)
+		}
+		plain, multi, bare := client(), client(), client()
+		markKey := g.MarkKey(res)
+		info, err := bare.Info(ctx, "server").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, after, _ := strings.Cut(info, "run_id:")
+		nolife := redis.NewScript(strings.Replace(redisguard.FenceScript,
+			"local info = redis.call('INFO', 'server')", "local info = 'run_id:"+after[:40]+"'", 1))
+		if nolife.Hash() == redis.NewScript(redisguard.FenceScript).Hash() {
+			b.Fatal("the nolife arm runs the script unchanged")
+		}
+		interleave(b, plan{rounds: 20, ops: 500, warmup: 500}, []arm{
+			{"fencekit", loop(func() error {
+				_, err := g.Set(ctx, tgt, tok, key, "v")
+				return err
+			})},
+			{"floor", loop(func() error { return plain.Set(ctx, key, "v", 0).Err() })},
+			{"nolife", loop(func() error {
+				return nolife.Run(ctx, bare, []string{markKey, key}, "42", "bench", "r", 1, "SET", 1, "v").Err()
+			})},
+			{"multi", loop(func() error {
+				_, err := multi.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.HGet(ctx, markKey, "rev")
+					p.Set(ctx, key, "v", 0)
+					return nil
+				})
+				return err
+			})},
+		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}, {"fencekit", "nolife"}, {"nolife", "floor"}})
+	})
+
+	b.Run("store", func(b *testing.B) {
+		s, err := redisguard.NewStore(client(), prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Claim(ctx, tok, res+"-store"); err != nil {
+			b.Fatal(err)
+		}
+		floor := client()
+		script := redis.NewScript("return redis.call('GET', KEYS[1])")
+		interleave(b, plan{rounds: 20, ops: 500, warmup: 500}, []arm{
+			{"fencekit", loop(func() error {
+				_, err := s.Advance(ctx, res+"-store", tok)
+				return err
+			})},
+			{"floor", loop(func() error {
+				err := script.Run(ctx, floor, []string{key}).Err()
+				if err == redis.Nil {
+					err = nil
+				}
+				return err
+			})},
+		}, [][2]string{{"fencekit", "floor"}})
+	})
+}
+
+// An arm is one implementation in an interleaved comparison. block runs
+// ops operations and returns the first error.
+type arm struct {
+	name  string
+	block func(ops int) error
+}
+
+// plan sizes an interleaved comparison: rounds timed rounds of one block
+// of ops operations per arm, after one untimed warm-up block of warmup
+// operations per arm.
+type plan struct {
+	rounds, ops, warmup int
+}
+
+// interleave runs arms in alternating blocks (the first arm rotating each
+// round) and reports, as integration's benchmarks do, per arm X
+// "X-ms/op" and "X-cpu-ms/op" (medians over rounds), and per pair A/B
+// "ratio:A/B" and "cpuratio:A/B" (median of per-round ratios) with their
+// "-min" and "-max", and "rounds" and "ops/block".
+func interleave(b *testing.B, p plan, arms []arm, pairs [][2]string) {
+	b.Helper()
+	if n, err := strconv.Atoi(os.Getenv("FENCEKIT_BENCH_ROUNDS")); err == nil && n > 0 {
+		p.rounds = n
+	}
+	for _, a := range arms {
+		if err := a.block(p.warmup); err != nil {
+			b.Fatalf("%s warm-up: %v", a.name, err)
+		}
+	}
+	wall := map[string][]float64{}
+	cpu := map[string][]float64{}
+	b.ResetTimer()
+	for r := range p.rounds {
+		for j := range arms {
+			a := arms[(r+j)%len(arms)]
+			c0, t0 := cpuTime(), time.Now()
+			if err := a.block(p.ops); err != nil {
+				b.Fatalf("%s round %d: %v", a.name, r, err)
+			}
+			el, c := time.Since(t0), cpuTime()-c0
+			wall[a.name] = append(wall[a.name], ms(el)/float64(p.ops))
+			cpu[a.name] = append(cpu[a.name], ms(c)/float64(p.ops))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op")
+	for _, a := range arms {
+		b.ReportMetric(median(wall[a.name]), a.name+"-ms/op")
+		b.ReportMetric(median(cpu[a.name]), a.name+"-cpu-ms/op")
+	}
+	for _, pr := range pairs {
+		for kind, per := range map[string]map[string][]float64{"ratio": wall, "cpuratio": cpu} {
+			rs := make([]float64, p.rounds)
+			for i := range rs {
+				rs[i] = per[pr[0]][i] / per[pr[1]][i]
+			}
+			unit := kind + ":" + pr[0] + "/" + pr[1]
+			b.ReportMetric(median(rs), unit)
+			b.ReportMetric(slices.Min(rs), unit+"-min")
+			b.ReportMetric(slices.Max(rs), unit+"-max")
+		}
+	}
+	b.ReportMetric(float64(p.rounds), "rounds")
+	b.ReportMetric(float64(p.ops), "ops/block")
+}
+
+// cpuTime is the CPU time (user + system) this process has used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// loop is a block that runs op ops times.
+func loop(op func() error) func(ops int) error {
+	return func(ops int) error {
+		for range ops {
+			if err := op(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,104 @@
+package redisguard_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/redisguard"
+)
+
+// TestStory is the quick start's story against Redis, on a real etcd: A
+// holds the lock and writes; A's link to etcd is cut past its TTL and
+// its lease ends; B acquires and writes; A wakes and its late write is
+// refused; B's value is intact. The Guard verifies tokens with a
+// lease.Verifier, so A's first write claims the resource.
+func TestStory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli, id := testRedis(t)
+	c := etcdtest.Start(t)
+	verifier, err := lease.NewVerifier(etcdtest.Client(t, c), lease.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := redisguard.New(cli, redisguard.WithPrefix(id+":mark:"), redisguard.WithVerifier(verifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := id + "-report"
+	tgt := guard.Target{Resource: res, Lock: "report"}
+	key := redisguard.Key(res, "body")
+
+	proxy, err := faultproxy.New(strings.TrimPrefix(c.Members[0].ClientURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	locksA, err := lease.New(etcdtest.Client(t, c, proxy.URL()), lease.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		proxy.Resume()
+		locksA.Close()
+	}()
+	locksB, err := lease.New(etcdtest.Client(t, c), lease.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locksB.Close()
+
+	a, err := locksA.Acquire(ctx, "report")
+	if err != nil {
+		t.Fatalf("A acquire: %v", err)
+	}
+	if _, err := g.Set(ctx, tgt, a.Fence(), key, "draft by A"); err != nil {
+		t.Fatalf("A's write while holding: %v", err)
+	}
+
+	proxy.Pause()
+	select {
+	case <-a.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's lease did not end while its link to etcd was paused past the TTL")
+	}
+
+	b, err := locksB.Acquire(ctx, "report")
+	if err != nil {
+		t.Fatalf("B acquire: %v", err)
+	}
+	if _, err := g.Set(ctx, tgt, b.Fence(), key, "final by B"); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+
+	proxy.Resume()
+	_, err = g.Set(ctx, tgt, a.Fence(), key, "late by A")
+	var stale *fence.StaleError
+	if !errors.As(err, &stale) || stale.Mark != b.Fence() {
+		t.Errorf("A's late write = %v, want a *fence.StaleError with B's token as the mark", err)
+	}
+	if _, err := g.IncrBy(ctx, tgt, a.Fence(), redisguard.Key(res, "n"), 1); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("A's late IncrBy = %v, want ErrStale", err)
+	}
+	// A claim is verified first: A is no longer the holder.
+	if err := g.Claim(ctx, a.Fence(), res); !errors.Is(err, guard.ErrUnverified) {
+		t.Errorf("A's late Claim = %v, want guard.ErrUnverified", err)
+	}
+	if got := cli.Get(ctx, key).Val(); got != "final by B" {
+		t.Errorf("value %q, want B's", got)
+	}
+	if n := cli.Exists(ctx, redisguard.Key(res, "n")).Val(); n != 0 {
+		t.Error("A's late IncrBy created its key")
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Errorf("B's release: %v", err)
+	}
+}
