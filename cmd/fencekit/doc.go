@@ -46,10 +46,16 @@
 //
 //	0..255  run: the command's own exit code (128+N when signal N ended it)
 //	1       release: refused, N is not the current holder; nothing deleted
-//	64      usage error (bad flag, argument, lock name or TTL); nothing done
-//	69      connection error: etcd unreachable within --dial-timeout, TLS or
-//	        authentication refused, or an outcome unknown
-//	75      run: lock not acquired (held, with --try; or --wait ran out)
+//	64      usage error (bad flag, argument, lock name or TTL, or a lock
+//	        that others use as another kind of lock or a semaphore of
+//	        another size); nothing done, retrying the same way cannot help
+//	69      connection error: etcd unreachable within --dial-timeout, TLS,
+//	        authentication or permission refused, or an outcome unknown;
+//	        retrying may help
+//	70      internal error: the lease library reported a state fencekit
+//	        never puts it in (a bug: report it)
+//	75      run: lock not acquired (held by anything, with --try; or --wait
+//	        ran out)
 //	79      run: lease lost; the command was killed (or had exited and the
 //	        release found the lease lost)
 //	126     run: the command could not be started

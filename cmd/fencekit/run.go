@@ -38,9 +38,12 @@ the command is also killed in time if fencekit itself is stopped or killed.
 When the command exits, the lease is released and the result checked.
 
 Exit codes: the command's own code (128+N if signal N ended it); 75 not
-acquired (held with --try, or --wait ran out); 79 lease lost (command
-killed, or the release found it lost); 64 usage error; 69 connection error;
-126 command not runnable; 127 command not found.`
+acquired (held by anything with --try, or --wait ran out); 79 lease lost
+(command killed, or the release found it lost); 64 usage error (including
+LOCK used by others as another kind of lock or a semaphore of another
+size: retrying cannot help); 69 connection error (etcd unreachable, TLS,
+authentication or permission refused, outcome unknown: retrying may help);
+70 internal error (a bug); 126 command not runnable; 127 command not found.`
 
 type runFlags struct {
 	conn     connFlags

@@ -210,3 +210,32 @@ func TestRunKilledChildKilled(t *testing.T) {
 	term := waitEvent(t, out, "term", 5*time.Second)
 	assert.Less(t, term.at.Sub(killed), 2*time.Second, "child outlived the lease's TTL")
 }
+
+// TestRunMismatchIsUsage: a lock that a Go client holds as a semaphore is
+// a usage error for "fencekit run" (64), not a connection error (69) a
+// script would retry for ever; with --try it is held (75), as --try does
+// not look at what holds the lock. The command does not start.
+func TestRunMismatchIsUsage(t *testing.T) {
+	cl := etcdtest.Start(t)
+	sem, err := newLocks(t, cl).Semaphore("sem", 2)
+	require.NoError(t, err)
+	p, err := sem.Acquire(ctxT(t, 10*time.Second))
+	require.NoError(t, err)
+	defer p.Release(ctxT(t, 5*time.Second))
+	out := filepath.Join(t.TempDir(), "events")
+	for _, c := range []struct {
+		flags []string
+		code  int
+		says  string
+	}{
+		{nil, ExitUsage, "another kind or size"},
+		{[]string{"--wait", "5s"}, ExitUsage, "another kind or size"},
+		{[]string{"--try"}, ExitNotAcquired, "is held"},
+	} {
+		args := append(append([]string{"run", "--endpoints", cl.Endpoints()[0]}, c.flags...), "sem", "--", testExe(t))
+		code, _, errOut := fk(t, childEnv("record", out), args...)
+		assert.Equal(t, c.code, code, "%v: %s", args, errOut)
+		assert.Contains(t, errOut, c.says)
+	}
+	assert.NoFileExists(t, out, "the command ran")
+}
