@@ -283,7 +283,8 @@ func WithResourceLabel() Option {
 // (reading the mark, verifying, advancing it) gets at most d, and never
 // more than nine tenths of the time left before the caller's ctx deadline,
 // if it has one, so that the refusal reaches the caller before its own
-// deadline passes. A call that fails or runs out of budget while the
+// deadline passes. (A MemoryStore, which never waits, is called with the
+// caller's ctx as it is.) A call that fails or runs out of budget while the
 // caller's ctx is live makes the decision fail with an error matching
 // ErrUnavailable (HTTP 503, gRPC Unavailable), with nothing admitted; the
 // answer comes without the caller bounding its ctx. The wait for the
@@ -437,7 +438,7 @@ func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock fu
 		return nil, ev
 	}
 	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
-		mark, err := g.bounded(ctx, func(bctx context.Context) (fence.Token, error) {
+		mark, err := g.bounded(ctx, false, func(bctx context.Context) (fence.Token, error) {
 			return vs.AdvanceVerified(bctx, tgt.Resource, t, g.ver)
 		})
 		ev.mark = mark
@@ -543,7 +544,7 @@ func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *even
 			return nil
 		}
 	}
-	mark, err := g.bounded(ctx, func(bctx context.Context) (fence.Token, error) {
+	mark, err := g.bounded(ctx, true, func(bctx context.Context) (fence.Token, error) {
 		return g.store.Advance(bctx, tgt.Resource, t)
 	})
 	ev.mark = mark
@@ -604,7 +605,7 @@ func (g *Guard) decideVerified(ctx context.Context, ev *event, err error) {
 // without the Verifier. It reports raise, with the mark, when t is newer
 // and must be verified; otherwise ev holds the decision.
 func (g *Guard) readMark(ctx context.Context, tgt Target, t fence.Token, ev *event) (mark fence.Token, raise bool) {
-	mark, err := g.bounded(ctx, func(bctx context.Context) (fence.Token, error) {
+	mark, err := g.bounded(ctx, true, func(bctx context.Context) (fence.Token, error) {
 		return g.store.Mark(bctx, tgt.Resource)
 	})
 	if errors.Is(err, fence.ErrNoMark) {
@@ -625,7 +626,7 @@ func (g *Guard) readMark(ctx context.Context, tgt Target, t fence.Token, ev *eve
 // verify asks the Verifier about t, newer than mark. It reports whether t
 // was confirmed; otherwise ev holds the refusal or failure.
 func (g *Guard) verify(ctx context.Context, tgt Target, t, mark fence.Token, ev *event) bool {
-	_, err := g.bounded(ctx, func(bctx context.Context) (fence.Token, error) {
+	_, err := g.bounded(ctx, false, func(bctx context.Context) (fence.Token, error) {
 		return fence.Token{}, g.ver.Verify(bctx, t)
 	})
 	switch {
@@ -639,8 +640,12 @@ func (g *Guard) verify(ctx context.Context, tgt Target, t, mark fence.Token, ev 
 	return false
 }
 
-// bounded calls f with ctx bounded by the check budget (budgetFor).
-func (g *Guard) bounded(ctx context.Context, f func(context.Context) (fence.Token, error)) (fence.Token, error) {
+// bounded calls f with ctx bounded by the check budget (budgetFor), or
+// as it is when f is a call to a MemoryStore (store), which never waits.
+func (g *Guard) bounded(ctx context.Context, store bool, f func(context.Context) (fence.Token, error)) (fence.Token, error) {
+	if _, mem := g.store.(*MemoryStore); mem && store {
+		return f(ctx)
+	}
 	bctx, cancel := g.budgetFor(ctx)
 	defer cancel()
 	return f(bctx)
