@@ -38,15 +38,19 @@
 // HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
 // one 409 Conflict (type ProblemStale, ProblemWrongLock, or
 // ProblemMarkAhead, see below), an unverified one (see below) 403
-// Forbidden, a failure to decide 503, each with an RFC 9457 application/problem+json body
+// Forbidden, a failure to decide (the store or verifier failed or ran out
+// of its budget, or the request ended while waiting) 503, each with an RFC 9457 application/problem+json body
 // ([Problem]) naming the resource, the token received and the mark. gRPC
 // (package grpcguard): stale or wrong lock is codes.Aborted, a mark ahead
 // codes.FailedPrecondition, unverified codes.PermissionDenied, missing or malformed codes.InvalidArgument, with
-// a google.rpc.ErrorInfo detail; a failure codes.Unavailable. In Go,
+// a google.rpc.ErrorInfo detail; a store or verifier failure
+// codes.Unavailable, and a call whose own context ended codes.Canceled or
+// codes.DeadlineExceeded. In Go,
 // [Guard.Do] refuses with errors matching [ErrRejected] together with
 // fence.ErrStale (and [ErrMarkAhead] when the mark is ahead) or
 // fence.ErrWrongLock, [ErrUnverified] together with
-// fence.ErrUnverified, or [ErrMalformed]; [TokenFromHeader] returns
+// fence.ErrUnverified, or [ErrMalformed], and fails with [ErrUnavailable]
+// or the ctx's error; [TokenFromHeader] returns
 // [ErrMissing] or [ErrMalformed].
 //
 // # Verification
@@ -72,8 +76,19 @@
 // the record created at exactly this revision?). A token the verifier
 // does not confirm is refused (outcome unverified) and the mark does not
 // move; when the verifier cannot answer (etcd unreachable, the request's
-// context ended) the outcome is failed and nothing is admitted, so bound
-// your requests' contexts. A token equal to the mark (the holder writing
+// context ended) the outcome is failed and nothing is admitted. Each
+// Store and Verifier call has its own budget ([WithCheckTimeout], default
+// 5 s, and at most nine tenths of the time left before the request's
+// deadline), so a request without a deadline still gets its refusal:
+// [ErrUnavailable], HTTP 503, gRPC Unavailable. Only a request whose own
+// context ended gets that context's error (gRPC Canceled or
+// DeadlineExceeded). While a token newer than the mark is being verified
+// the resource is not held: requests that need no verification (the
+// holder's token, equal to the mark) go on, and the newer token is then
+// advanced by the store's compare-and-advance, which refuses it if the
+// mark passed it meanwhile. (With a [VerifyingStore] every decision reads
+// etcd, so there is nothing to go on with; its one call runs with the
+// resource held, within the budget.) A token equal to the mark (the holder writing
 // again), a stale one and one for another lock are decided from the mark
 // alone: the verifier is asked once per acquisition and resource; only a
 // stale refusal asks it again, to tell a superseded holder from a mark
@@ -117,9 +132,10 @@
 //
 // # Guarantees
 //
-// A [Guard] runs the check of a token and the write it admits as one step
-// per resource: no other write of that resource through the same Guard
-// starts until the write returns. With any [Store], the writes one Guard
+// A [Guard] runs the check of a token against the mark (the store's
+// compare-and-advance) and the write it admits as one step per resource:
+// no other write of that resource through the same Guard starts until the
+// write returns. With any [Store], the writes one Guard
 // admits for a resource therefore run one at a time, in non-decreasing
 // token order, and after a write (or [Guard.Claim]) with token t returns,
 // no write with a token older than t is admitted by any Guard sharing the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -49,7 +50,18 @@ var (
 	// before a verifier was configured. Errors matching it are
 	// *MarkAheadError, and also match ErrRejected and fence.ErrStale.
 	ErrMarkAhead = errors.New("guard: mark ahead of the lock service")
+	// ErrUnavailable reports that a Guard could not decide because its
+	// Store or Verifier failed, or gave no answer within the check budget
+	// (WithCheckTimeout), while the caller's ctx was still live: nothing
+	// was admitted and the mark did not move. It is safe to retry (HTTP
+	// 503, gRPC Unavailable). A decision cut short by the caller's own ctx
+	// returns an error matching ctx.Err() instead, never ErrUnavailable.
+	ErrUnavailable = errors.New("guard: fencing check unavailable")
 )
+
+// DefaultCheckTimeout is the check budget of a Guard made without
+// WithCheckTimeout.
+const DefaultCheckTimeout = 5 * time.Second
 
 // RejectedError is the error for a token that a resource refused.
 type RejectedError struct {
@@ -201,6 +213,7 @@ type config struct {
 	resourceLabel bool
 	verifier      Verifier
 	tracer        trace.Tracer // nil without WithTracerProvider
+	checkTimeout  time.Duration
 }
 
 type optionFunc func(*config) error
@@ -265,6 +278,28 @@ func WithResourceLabel() Option {
 	})
 }
 
+// WithCheckTimeout sets the check budget d (default DefaultCheckTimeout):
+// each call a Guard makes to its Store or Verifier while deciding a token
+// (reading the mark, verifying, advancing it) gets at most d, and never
+// more than nine tenths of the time left before the caller's ctx deadline,
+// if it has one, so that the refusal reaches the caller before its own
+// deadline passes. (A MemoryStore, which never waits, is called with the
+// caller's ctx as it is.) A call that fails or runs out of budget while the
+// caller's ctx is live makes the decision fail with an error matching
+// ErrUnavailable (HTTP 503, gRPC Unavailable), with nothing admitted; the
+// answer comes without the caller bounding its ctx. The wait for the
+// resource (behind another request's write) and the write itself are
+// bounded only by the caller's ctx. New returns an error for d <= 0.
+func WithCheckTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("guard: check timeout %v, not positive", d)
+		}
+		c.checkTimeout = d
+		return nil
+	})
+}
+
 // Guard enforces the fencing rule for a set of resources whose marks are
 // kept in one Store. For each resource it serialises the check of a token
 // and the write that token admits, so that the writes a Guard admits for a
@@ -277,6 +312,7 @@ type Guard struct {
 	log    *slog.Logger
 	met    *metrics     // nil without WithMetrics
 	tracer trace.Tracer // nil without WithTracerProvider
+	budget time.Duration
 
 	mu    sync.Mutex
 	locks map[string]*resLock
@@ -295,7 +331,7 @@ func New(store Store, opts ...Option) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("guard: nil store")
 	}
-	var cfg config
+	cfg := config{checkTimeout: DefaultCheckTimeout}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("guard: nil option")
@@ -318,7 +354,7 @@ func New(store Store, opts ...Option) (*Guard, error) {
 		return nil, errors.New("guard: WithResourceLabel without WithMetrics")
 	}
 	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, met: met, tracer: cfg.tracer,
-		locks: map[string]*resLock{}}, nil
+		budget: cfg.checkTimeout, locks: map[string]*resLock{}}, nil
 }
 
 // Do runs write if t may write the Target's resource, and returns its
@@ -331,9 +367,11 @@ func New(store Store, opts ...Option) (*Guard, error) {
 //
 // Otherwise Do does not call write and returns an error matching
 // ErrRejected (stale or wrong lock), ErrMalformed (t invalid, for example
-// a revision <= 0), ErrInvalidTarget, ctx.Err() when ctx ends while
-// waiting for the resource, or a store error. When write fails the mark
-// stays advanced: the holder of t remains entitled to the resource.
+// a revision <= 0), ErrInvalidTarget, ErrUnverified (see WithVerifier),
+// ErrUnavailable when the store or verifier failed or ran out of the check
+// budget (WithCheckTimeout), or ctx.Err() when ctx ended first. When
+// write fails the mark stays advanced: the holder of t remains entitled
+// to the resource.
 //
 // Do panics if write is nil.
 func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ctx context.Context) error) error {
@@ -390,19 +428,53 @@ func (g *Guard) do(ctx context.Context, op string, tgt Target, t fence.Token, wr
 // resource, which the caller holds until its write returns; otherwise it
 // returns nil and the resource is not held.
 func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock func(), ev event) {
-	if err := tgt.validate(); err != nil {
-		return nil, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err}
+	ev = event{resource: tgt.Resource, lock: tgt.Lock, token: t}
+	if !g.precheck(tgt, t, &ev) {
+		return nil, ev
 	}
 	unlock, err := g.lock(ctx, tgt.Resource)
 	if err != nil {
-		return nil, event{outcome: failed, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err}
-	}
-	ev = g.admit(ctx, tgt, t)
-	if ev.outcome != accepted {
-		unlock()
+		ev.outcome, ev.err = failed, err
 		return nil, ev
 	}
-	return unlock, ev
+	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
+		mark, err := g.bounded(ctx, false, func(bctx context.Context) (fence.Token, error) {
+			return vs.AdvanceVerified(bctx, tgt.Resource, t, g.ver)
+		})
+		ev.mark = mark
+		g.decideVerified(ctx, &ev, err)
+	} else {
+		unlock = g.advance(ctx, tgt, t, &ev, unlock)
+	}
+	if ev.outcome == accepted {
+		return unlock, ev
+	}
+	if unlock != nil {
+		unlock()
+	}
+	if ev.outcome == stale {
+		g.diagnoseStale(ctx, &ev)
+	}
+	return nil, ev
+}
+
+// precheck decides what needs no mark: an invalid Target or token, or a
+// token of another lock. It reports whether t is still to be decided.
+func (g *Guard) precheck(tgt Target, t fence.Token, ev *event) bool {
+	if err := tgt.validate(); err != nil {
+		ev.outcome, ev.err = failed, err
+		return false
+	}
+	if err := t.Validate(); err != nil {
+		ev.outcome, ev.err = malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return false
+	}
+	if t.Lock != tgt.Lock {
+		ev.outcome = wrongLock
+		ev.err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
+		return false
+	}
+	return true
 }
 
 // Claim advances the marks of resources to t, all bound to t's lock,
@@ -447,47 +519,37 @@ func noMark(pkg, resource string) error {
 	return fmt.Errorf("%s: resource %q: %w", pkg, resource, fence.ErrNoMark)
 }
 
-// admit checks t against tgt and the store, advancing the mark, and
-// returns the decision. The caller holds the resource.
-func (g *Guard) admit(ctx context.Context, tgt Target, t fence.Token) event {
-	ev := event{resource: tgt.Resource, lock: tgt.Lock, token: t}
-	if err := t.Validate(); err != nil {
-		ev.outcome, ev.err = malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
-		return ev
-	}
-	if t.Lock != tgt.Lock {
-		ev.outcome = wrongLock
-		ev.err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
-		return ev
-	}
-	g.advance(ctx, tgt, t, &ev)
-	if ev.outcome == stale {
-		g.diagnoseStale(ctx, &ev)
-	}
-	return ev
-}
-
-// advance decides a valid token of the Target's lock, advancing the mark,
-// and records the outcome in ev.
-func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *event) {
-	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
-		mark, err := vs.AdvanceVerified(ctx, tgt.Resource, t, g.ver)
-		ev.mark = mark
-		if errors.Is(err, fence.ErrUnverified) {
-			ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
-		} else {
-			g.decide(ev, err)
-		}
-		return
-	}
+// advance decides a valid token of the Target's lock with the store's
+// Advance, verifying first a token that would raise the mark when the
+// Guard has a Verifier, and records the outcome in ev. The caller holds
+// the resource (unlock); advance returns the unlock of the resource as
+// held on return, nil if it is not. While the Verifier works the resource
+// is not held, so requests that need no verification (a token equal to
+// the mark) are not held up by an unreachable lock service; Advance, a
+// compare-and-advance under the resource taken again, then refuses t if
+// the mark passed it meanwhile.
+func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *event, unlock func()) func() {
 	if g.ver != nil {
-		if done, _ := g.verify(ctx, tgt, t, ev); done {
-			return
+		mark, raise := g.readMark(ctx, tgt, t, ev)
+		if !raise {
+			return unlock
+		}
+		unlock()
+		if !g.verify(ctx, tgt, t, mark, ev) {
+			return nil
+		}
+		var err error
+		if unlock, err = g.lock(ctx, tgt.Resource); err != nil {
+			ev.outcome, ev.err = failed, err
+			return nil
 		}
 	}
-	mark, err := g.store.Advance(ctx, tgt.Resource, t)
+	mark, err := g.bounded(ctx, true, func(bctx context.Context) (fence.Token, error) {
+		return g.store.Advance(bctx, tgt.Resource, t)
+	})
 	ev.mark = mark
-	g.decide(ev, err)
+	g.decide(ctx, ev, err)
+	return unlock
 }
 
 // diagnoseStale tells the two causes of a stale token apart: a holder
@@ -505,14 +567,16 @@ func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
 		rej.unconfirmed = true
 		return
 	}
-	if g.ver.Verify(ctx, ev.token) == nil {
+	bctx, cancel := g.budgetFor(ctx)
+	defer cancel()
+	if g.ver.Verify(bctx, ev.token) == nil {
 		ev.err = &MarkAheadError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: rej.Err}
 	}
 }
 
 // decide sets ev's outcome and error from the error of a store's Advance
 // (or the check of a mark read from it).
-func (g *Guard) decide(ev *event, err error) {
+func (g *Guard) decide(ctx context.Context, ev *event, err error) {
 	switch {
 	case err == nil:
 		ev.outcome = accepted
@@ -521,40 +585,98 @@ func (g *Guard) decide(ev *event, err error) {
 	case errors.Is(err, fence.ErrWrongLock):
 		ev.outcome, ev.err = wrongLock, &RejectedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
 	default:
-		ev.outcome, ev.err = failed, fmt.Errorf("guard: advance mark of %q: %w", ev.resource, err)
+		ev.outcome, ev.err = failed, g.failure(ctx, fmt.Sprintf("advance mark of %q", ev.resource), err)
 	}
 }
 
-// verify decides t without the store's Advance when it can: a token equal
-// to the mark is accepted and a stale or wrong-lock one refused, without
-// calling the Verifier; a newer one is verified. It reports done when ev
-// holds the decision, and otherwise leaves the advance to the caller. The
-// caller holds the resource, so the mark read here is the mark Advance
-// sees, unless another Guard sharing the store raises it in between;
-// Advance then refuses t as stale.
-func (g *Guard) verify(ctx context.Context, tgt Target, t fence.Token, ev *event) (done bool, err error) {
-	mark, err := g.store.Mark(ctx, tgt.Resource)
+// decideVerified is decide for a VerifyingStore's AdvanceVerified, whose
+// error may also be the Verifier's.
+func (g *Guard) decideVerified(ctx context.Context, ev *event, err error) {
+	if errors.Is(err, fence.ErrUnverified) {
+		ev.outcome = unverified
+		ev.err = &UnverifiedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
+		return
+	}
+	g.decide(ctx, ev, err)
+}
+
+// readMark reads the resource's mark and decides t from it alone when it
+// can: a token equal to the mark is accepted and a stale one refused,
+// without the Verifier. It reports raise, with the mark, when t is newer
+// and must be verified; otherwise ev holds the decision.
+func (g *Guard) readMark(ctx context.Context, tgt Target, t fence.Token, ev *event) (mark fence.Token, raise bool) {
+	mark, err := g.bounded(ctx, true, func(bctx context.Context) (fence.Token, error) {
+		return g.store.Mark(bctx, tgt.Resource)
+	})
 	if errors.Is(err, fence.ErrNoMark) {
 		mark, err = fence.Token{}, nil
 	}
 	if err != nil {
-		ev.outcome, ev.err = failed, fmt.Errorf("guard: read mark of %q: %w", tgt.Resource, err)
-		return true, ev.err
+		ev.outcome, ev.err = failed, g.failure(ctx, fmt.Sprintf("read mark of %q", tgt.Resource), err)
+		return mark, false
 	}
 	ev.mark = mark
 	if err := fence.Check(mark, t); err != nil || mark == t {
-		g.decide(ev, err)
-		return true, ev.err
+		g.decide(ctx, ev, err)
+		return mark, false
 	}
-	if err := g.ver.Verify(ctx, t); err != nil {
-		if errors.Is(err, fence.ErrUnverified) {
-			ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
-		} else {
-			ev.outcome, ev.err = failed, fmt.Errorf("guard: verify token for %q: %w", tgt.Resource, err)
+	return mark, true
+}
+
+// verify asks the Verifier about t, newer than mark. It reports whether t
+// was confirmed; otherwise ev holds the refusal or failure.
+func (g *Guard) verify(ctx context.Context, tgt Target, t, mark fence.Token, ev *event) bool {
+	_, err := g.bounded(ctx, false, func(bctx context.Context) (fence.Token, error) {
+		return fence.Token{}, g.ver.Verify(bctx, t)
+	})
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, fence.ErrUnverified):
+		ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+	default:
+		ev.outcome, ev.err = failed, g.failure(ctx, fmt.Sprintf("verify token for %q", tgt.Resource), err)
+	}
+	return false
+}
+
+// bounded calls f with ctx bounded by the check budget (budgetFor), or
+// as it is when f is a call to a MemoryStore (store), which never waits.
+func (g *Guard) bounded(ctx context.Context, store bool, f func(context.Context) (fence.Token, error)) (fence.Token, error) {
+	if _, mem := g.store.(*MemoryStore); mem && store {
+		return f(ctx)
+	}
+	bctx, cancel := g.budgetFor(ctx)
+	defer cancel()
+	return f(bctx)
+}
+
+// budgetFor returns ctx bounded by the check budget: at most g.budget,
+// and at most nine tenths of the time left before ctx's deadline.
+func (g *Guard) budgetFor(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := g.budget
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)*9/10)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// failure is the error of a store or Verifier call (what) that failed with
+// err. When the caller's ctx has ended, that is the reason, and the error
+// matches ctx.Err(). Otherwise the store or verifier failed, or ran out of
+// the check budget, and the error matches ErrUnavailable; a lapsed budget
+// is then not reported as a ctx error, which would read as the caller's.
+func (g *Guard) failure(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if !errors.Is(err, cerr) {
+			err = errors.Join(err, cerr)
 		}
-		return true, ev.err
+		return fmt.Errorf("guard: %s: %w", what, err)
 	}
-	return false, nil
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %s: no answer within the check budget: %v", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 }
 
 // lock takes the resource's in-process mutex, giving up when ctx ends.

@@ -46,6 +46,11 @@ func TestNewValidates(t *testing.T) {
 	if _, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(nil)); err == nil {
 		t.Error("WithVerifier(nil): got nil error")
 	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := guard.New(guard.NewMemoryStore(), guard.WithCheckTimeout(d)); err == nil {
+			t.Errorf("WithCheckTimeout(%v): got nil error", d)
+		}
+	}
 }
 
 // TestMiddlewarePanicsOnMisuse: misuse of the middleware's constructor

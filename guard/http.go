@@ -53,8 +53,8 @@ const (
 	// (Guard.ResetMark).
 	ProblemMarkAhead = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMarkAhead"
 	// ProblemUnavailable: the guard could not decide (store or verifier
-	// failure, or the request ended while waiting); status 503, safe to
-	// retry.
+	// failure or no answer within the check budget, or the request ended
+	// while waiting); status 503, safe to retry.
 	ProblemUnavailable = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnavailable"
 )
 
@@ -131,8 +131,11 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 //     ProblemMarkAhead;
 //   - with WithVerifier, a newer token the verifier did not confirm: 403
 //     (StatusUnverified), type ProblemUnverified;
-//   - a store or verifier failure, or the request ended while waiting:
-//     503, type ProblemUnavailable; an invalid Target from route: 500.
+//   - a store or verifier failure, one that gave no answer within the
+//     Guard's check budget (WithCheckTimeout, default 5 s, so a request
+//     without a deadline gets it too), or the request ended while
+//     waiting: 503, type ProblemUnavailable; an invalid Target from
+//     route: 500.
 //
 // Requests whose method is unfenced (by default GET, HEAD and OPTIONS; see
 // WithUnfencedMethods) and requests route declines pass unchecked; when

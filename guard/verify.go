@@ -36,8 +36,13 @@ type Verifier interface {
 // A token v does not confirm is refused with an error matching
 // ErrUnverified (outcome unverified; HTTP 403, gRPC PermissionDenied) and
 // the mark does not move. When v cannot tell, the outcome is failed (HTTP
-// 503, gRPC Unavailable): a Guard with a verifier never admits a newer
-// token it could not verify.
+// 503, gRPC Unavailable, an error matching ErrUnavailable): a Guard with a
+// verifier never admits a newer token it could not verify. Each Verify
+// gets the check budget (WithCheckTimeout), and runs without the resource
+// held (except within a VerifyingStore's AdvanceVerified): requests that
+// need no verification are not held up by it, and the verified token is
+// then advanced by the store's compare-and-advance, refused if the mark
+// passed it meanwhile.
 func WithVerifier(v Verifier) Option {
 	return optionFunc(func(c *config) error {
 		if v == nil {

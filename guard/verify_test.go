@@ -299,13 +299,87 @@ func TestVerifierUnreachable(t *testing.T) {
 	if status, _ := send(t, http.MethodPut, svc.srv.URL+"/items/1", "again", real); status != http.StatusNoContent {
 		t.Errorf("holder's write equal to the mark, etcd unreachable: %d, want 204", status)
 	}
+	// Do with a deadline: the check budget ends before it, and the
+	// failure is the verifier's (ErrUnavailable), not the caller's ctx.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err = g.Do(ctx, guard.Target{Resource: "item/1", Lock: "items"}, w.waiter, func(context.Context) error { return nil })
-	if err == nil || errors.Is(err, guard.ErrUnverified) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Do, etcd unreachable: %v, want a failure matching context.DeadlineExceeded", err)
+	if !errors.Is(err, guard.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Errorf("Do, etcd unreachable: %v (ctx %v), want ErrUnavailable before the deadline", err, ctx.Err())
+	}
+	// Do whose ctx its caller cancels: the caller's reason, not ErrUnavailable.
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err = g.Do(ctx, guard.Target{Resource: "item/1", Lock: "items"}, w.waiter, func(context.Context) error { return nil })
+	if !errors.Is(err, context.Canceled) || errors.Is(err, guard.ErrUnavailable) {
+		t.Errorf("Do cancelled, etcd unreachable: %v, want a failure matching context.Canceled", err)
 	}
 	proxy.Resume()
+}
+
+// TestVerifierUnreachableUnboundedRequests: with requests that carry no
+// deadline of their own and etcd unreachable, a request whose token needs
+// verification gets the documented 503 once the Guard's own check budget
+// (the default, DefaultCheckTimeout) runs out; and the holder's requests,
+// equal to the mark and needing no etcd, do not queue behind it.
+func TestVerifierUnreachableUnboundedRequests(t *testing.T) {
+	w := newLockWorld(t)
+	proxy, err := faultproxy.New(strings.TrimPrefix(w.cli.Endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	v, err := lease.NewVerifier(etcdtest.Client(t, w.c, proxy.URL()), lease.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := newItemServer(t, g)
+	real := w.holder.Fence().String()
+	if status, _ := send(t, http.MethodPut, svc.srv.URL+"/items/1", "real", real); status != http.StatusNoContent {
+		t.Fatalf("holder's first write: %d", status)
+	}
+	proxy.Blackhole()
+	defer proxy.Resume()
+
+	type answer struct {
+		status int
+		took   time.Duration
+		err    error
+	}
+	put := func(token string, limit time.Duration) answer {
+		// No body: the server then sees the client give up (the old
+		// code's waits end only that way).
+		req, err := http.NewRequest(http.MethodPut, svc.srv.URL+"/items/1", http.NoBody)
+		if err != nil {
+			return answer{err: err}
+		}
+		req.Header.Set(guard.Header, token)
+		start := time.Now()
+		resp, err := (&http.Client{Timeout: limit}).Do(req)
+		if err != nil {
+			return answer{err: err, took: time.Since(start)}
+		}
+		resp.Body.Close()
+		return answer{status: resp.StatusCode, took: time.Since(start)}
+	}
+	verifying := make(chan answer, 1)
+	go func() { verifying <- put(w.waiter.String(), guard.DefaultCheckTimeout+5*time.Second) }()
+	time.Sleep(300 * time.Millisecond) // the newer token is being verified
+	if a := put(real, 2*time.Second); a.err != nil || a.status != http.StatusNoContent {
+		t.Errorf("holder's write while another request waits on etcd: %d %v after %v, want 204 at once", a.status, a.err, a.took)
+	}
+	a := <-verifying
+	if a.err != nil || a.status != http.StatusServiceUnavailable || a.took > guard.DefaultCheckTimeout+time.Second {
+		t.Errorf("newer token, etcd unreachable, request without deadline: %d %v after %v, want 503 within %v",
+			a.status, a.err, a.took, guard.DefaultCheckTimeout)
+	}
+	if mark, _ := g.Mark(context.Background(), "item/1"); mark != w.holder.Fence() {
+		t.Errorf("mark = %v, want the holder's", mark)
+	}
 }
 
 // TestResetMarkRecoversPoisonedResource: a guard without a verifier

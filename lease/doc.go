@@ -61,8 +61,10 @@
 //     that a newer writer overtook (its write token is higher).
 //   - Client.Election(name): candidates Campaign (or Run) with a public
 //     value; the head of the queue leads, for a Term that is a fenced
-//     Lease. Leader tells who leads now, Observe every change; Proclaim
-//     changes the published value and Resign ends the term.
+//     Lease. Leader tells who leads now, Observe every change (from one
+//     watch's events, so compaction alone never hides a term; a Leader
+//     with Gap set follows history compacted while Observe was cut off);
+//     Proclaim changes the published value and Resign ends the term.
 //
 // A record's key names its kind (and a semaphore's size): participants
 // must agree, and one that finds another kind or size ahead of it fails

@@ -65,6 +65,11 @@ type Leader struct {
 	// Since is when it became leader, by its own clock; zero until it
 	// published that (right after winning).
 	Since time.Time
+	// Gap is set only on a Leader that Observe yields after a gap in what
+	// it could read: etcd had compacted away history that Observe had not
+	// read yet (see Observe). Leaders between the one yielded before and
+	// this one may be missing. Leader never sets it.
+	Gap bool
 
 	key string // its record's key
 }
@@ -148,86 +153,161 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 
 // Observe returns the sequence of the election's leaders: the current one
 // first (the zero Leader if none), then every change, in the order etcd
-// applied them; a new published value (Proclaim) is a change too. It does
-// not coalesce changes, except across a gap that etcd compacted away
-// while Observe was cut off from it, after which it yields the leader it
-// finds. It ends when ctx ends or the loop stops; etcd errors are retried.
-// Each Observe costs one watch of the election's directory.
+// applied them; a new published value (Proclaim) is a change too. It reads
+// the election's queue once, then follows it through one watch from that
+// revision on, deriving each leader from the watch's own events, so it
+// never coalesces changes however often etcd compacts its history.
+//
+// Only a watch that has to resume from a revision etcd has already
+// compacted away misses history: after its link to etcd was cut, or when
+// it fell so far behind that etcd dropped its position (etcd answers such a
+// watch "compacted"). Observe then reads the queue anew and yields the
+// leader it finds with Gap set, even if that leader is the one it yielded
+// last: leaders between the two may be missing. Without such a gap no
+// yielded Leader has Gap set.
+//
+// It ends when ctx ends or the loop stops; etcd errors are retried every
+// 50 ms. Each Observe costs one watch of the election's directory and
+// keeps that directory's records (the queue of candidates) in memory.
 func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 	return func(yield func(Leader) bool) {
-		dir := e.c.cfg.prefix + e.name + "/"
-		var (
-			last  Leader
-			first = true
-			rev   int64 // read the head at this revision; 0: now
-		)
-		emit := func(ldr Leader) bool {
-			if first || ldr != last {
-				first, last = false, ldr
-				return yield(ldr)
-			}
-			return true
-		}
+		o := &observer{e: e, dir: e.c.cfg.prefix + e.name + "/", yield: yield, first: true}
 		for ctx.Err() == nil {
-			opts := headOpts()
-			if rev > 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			resp, err := e.c.etcd.Get(ctx, dir, opts...)
-			if err != nil {
-				rev = 0 // compacted, or unreachable: read the present
-				if !sleep(ctx, 50*time.Millisecond) {
-					return
-				}
-				continue
-			}
-			if !emit(e.leaderOf(resp.Kvs)) {
+			if !o.watch(ctx) {
 				return
 			}
-			at := rev // a read at a past revision reports the current one in its header
-			if at == 0 {
-				at = resp.Header.Revision
-			}
-			var ok bool
-			if rev, ok = e.follow(ctx, dir, at, last, emit); !ok {
+			if !sleep(ctx, 50*time.Millisecond) {
 				return
 			}
 		}
 	}
 }
 
-// follow watches dir after revision at, emitting the leader's new values
-// as it publishes them, until the head may have changed hands. It returns
-// the revision to read the head at (0: now), and false when emit says stop.
-func (e *Election) follow(ctx context.Context, dir string, at int64, cur Leader, emit func(Leader) bool) (int64, bool) {
+// observer follows an election's queue for Observe: a copy of its
+// directory as of revision rev, kept current from one watch's events.
+type observer struct {
+	e     *Election
+	dir   string
+	yield func(Leader) bool
+
+	recs  map[string]*mvccpb.KeyValue // the directory at rev
+	head  *mvccpb.KeyValue            // the record of lowest creation revision
+	rev   int64                       // 0: recs must be read anew
+	last  Leader                      // the leader last yielded
+	first bool                        // nothing yielded yet
+	gap   bool                        // history was compacted away unread
+}
+
+// watch runs one watch of the directory: from rev+1 when recs is current,
+// else from now after reading the directory. It returns when the watch
+// ends (false if yield said stop).
+func (o *observer) watch(ctx context.Context) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for resp := range e.c.etcd.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(at+1)) {
-		if resp.Err() != nil || resp.CompactRevision != 0 {
-			return 0, true
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if o.rev > 0 {
+		opts = append(opts, clientv3.WithRev(o.rev+1))
+	} else {
+		// Watch first, then read: every change after the read is then
+		// in the watch.
+		opts = append(opts, clientv3.WithCreatedNotify())
+	}
+	wch := o.e.c.etcd.Watch(wctx, o.dir, opts...)
+	if o.rev == 0 {
+		if created, ok := <-wch; !ok || created.Err() != nil || !o.read(wctx) {
+			return true
 		}
-		for _, ev := range resp.Events {
-			switch {
-			case cur.IsZero() && ev.Type == mvccpb.PUT:
-				return ev.Kv.ModRevision, true // a first candidate
-			case string(ev.Kv.Key) != cur.key || ev.Kv.ModRevision <= cur.Term.Revision:
-			case ev.Type == mvccpb.DELETE:
-				return ev.Kv.ModRevision, true // the leader left
-			case ev.Kv.CreateRevision == cur.Term.Revision:
-				// The leader published: same term, new value.
-				cur = e.leaderOf([]*mvccpb.KeyValue{ev.Kv})
-				if !emit(cur) {
-					return 0, false
-				}
-			default:
-				return ev.Kv.ModRevision, true // its key was written anew
-			}
+		if !o.emit() {
+			return false
 		}
 	}
-	if ctx.Err() == nil {
-		sleep(ctx, 50*time.Millisecond)
+	for resp := range wch {
+		if resp.CompactRevision != 0 {
+			// The history from rev+1 is gone: read the present.
+			o.rev, o.gap = 0, !o.first
+			return true
+		}
+		if resp.Err() != nil {
+			return true
+		}
+		if !o.apply(resp.Events) {
+			return false
+		}
 	}
-	return 0, true
+	return true
+}
+
+// read replaces recs with the directory as it is now.
+func (o *observer) read(ctx context.Context) bool {
+	resp, err := o.e.c.etcd.Get(ctx, o.dir, clientv3.WithPrefix())
+	if err != nil {
+		return false
+	}
+	o.recs, o.head = make(map[string]*mvccpb.KeyValue, len(resp.Kvs)), nil
+	for _, kv := range resp.Kvs {
+		o.put(kv)
+	}
+	o.rev = resp.Header.Revision
+	return true
+}
+
+// apply applies a watch response's events revision by revision, yielding
+// the leader after each revision that changed it. Events at or below rev
+// (already in the read that began the watch) are skipped.
+func (o *observer) apply(evs []*clientv3.Event) bool {
+	for i, ev := range evs {
+		if ev.Kv.ModRevision <= o.rev {
+			continue
+		}
+		if ev.Type == mvccpb.DELETE {
+			o.del(string(ev.Kv.Key))
+		} else {
+			o.put(ev.Kv)
+		}
+		if i+1 < len(evs) && evs[i+1].Kv.ModRevision == ev.Kv.ModRevision {
+			continue // one transaction: yield its outcome only
+		}
+		o.rev = ev.Kv.ModRevision
+		if !o.emit() {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *observer) put(kv *mvccpb.KeyValue) {
+	o.recs[string(kv.Key)] = kv
+	if o.head == nil || kv.CreateRevision <= o.head.CreateRevision || string(kv.Key) == string(o.head.Key) {
+		o.head = kv
+	}
+}
+
+func (o *observer) del(key string) {
+	delete(o.recs, key)
+	if o.head == nil || string(o.head.Key) != key {
+		return
+	}
+	o.head = nil
+	for _, kv := range o.recs {
+		if o.head == nil || kv.CreateRevision < o.head.CreateRevision {
+			o.head = kv
+		}
+	}
+}
+
+// emit yields the leader if it changed, or after a gap.
+func (o *observer) emit() bool {
+	var ldr Leader
+	if o.head != nil {
+		ldr = o.e.leaderOf([]*mvccpb.KeyValue{o.head})
+	}
+	if !o.first && !o.gap && ldr == o.last {
+		return true
+	}
+	ldr.Gap, o.gap = o.gap, false
+	o.first, o.last = false, ldr
+	o.last.Gap = false
+	return o.yield(ldr)
 }
 
 // leaderOf decodes the head of an election's queue.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,5 +168,198 @@ func TestElectionFailover(t *testing.T) {
 			}
 			assert.GreaterOrEqual(t, len(distinct), 3)
 		})
+	}
+}
+
+// Observe yields every term of a failover run, in order, while etcd
+// compacts its history to the current revision again and again (as a busy
+// cluster with revision-based auto-compaction does) and the observer stays
+// connected: compaction alone is no gap.
+func TestObserveUnderCompaction(t *testing.T) {
+	for _, every := range []time.Duration{100 * time.Millisecond, 3 * time.Millisecond} {
+		t.Run(every.String(), func(t *testing.T) {
+			cl := etcdtest.Start(t)
+			direct := etcdtest.Client(t, cl)
+			ctx := ctxT(t, 60*time.Second)
+			const terms = 36
+
+			watcher, err := newClient(t, direct).Election("compacted")
+			require.NoError(t, err)
+			octx, stopObserving := context.WithCancel(ctx)
+			defer stopObserving()
+			seen := make(chan lease.Leader, 4*terms)
+			go func() {
+				defer close(seen)
+				for l := range watcher.Observe(octx) {
+					seen <- l
+				}
+			}()
+			require.True(t, (<-seen).IsZero(), "no leader yet")
+
+			compacting, stopCompacting := context.WithCancel(ctx)
+			compacted := make(chan int, 1)
+			go func() {
+				n := 0
+				defer func() { compacted <- n }()
+				for sleepCtx(compacting, every) {
+					resp, err := direct.Get(compacting, "compaction-probe")
+					if err != nil {
+						continue
+					}
+					if _, err := direct.Compact(compacting, resp.Header.Revision); err == nil {
+						n++
+					}
+				}
+			}()
+
+			// Three candidates campaign again and again, each queued behind
+			// the leader: a term lasts a few milliseconds, so several pass
+			// between compactions.
+			var (
+				won   []lease.Leader
+				mu    sync.Mutex
+				wg    sync.WaitGroup
+				count atomic.Int32
+			)
+			for i := range 3 {
+				e, err := newClient(t, etcdtest.Client(t, cl)).Election("compacted")
+				require.NoError(t, err)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for count.Add(1) <= terms {
+						term, err := e.Campaign(ctx, fmt.Sprintf("c-%d", i))
+						if err != nil {
+							t.Errorf("candidate %d: %v", i, err)
+							return
+						}
+						mu.Lock()
+						won = append(won, lease.Leader{Value: term.Value(), Term: term.Fence()})
+						mu.Unlock()
+						time.Sleep(2 * time.Millisecond)
+						if err := term.Resign(ctx); err != nil {
+							t.Errorf("candidate %d: resign: %v", i, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			stopCompacting()
+			t.Logf("%d compactions", <-compacted)
+			require.Len(t, won, terms)
+			sort.Slice(won, func(i, j int) bool { return won[i].Term.Revision < won[j].Term.Revision })
+
+			// Every term, in order (a term may show twice: once before its
+			// start time is published, once after).
+			last := won[len(won)-1].Term.Revision
+			var got []int64
+			timeout := time.After(10 * time.Second)
+			for len(got) == 0 || got[len(got)-1] < last {
+				select {
+				case l, ok := <-seen:
+					require.True(t, ok, "observer ended")
+					assert.False(t, l.Gap, "a gap while connected: %+v", l)
+					if !l.IsZero() && (len(got) == 0 || got[len(got)-1] != l.Term.Revision) {
+						got = append(got, l.Term.Revision)
+					}
+				case <-timeout:
+					t.Fatalf("observed %d of %d terms: %v", len(got), terms, got)
+				}
+			}
+			var want []int64
+			for _, l := range won {
+				want = append(want, l.Term.Revision)
+			}
+			assert.Equal(t, want, got, "observed %d of %d terms", len(got), terms)
+			stopObserving()
+			for range seen {
+			}
+		})
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// An observer cut off from etcd while terms pass and the history is
+// compacted cannot see those terms: it yields the leader it finds once
+// back, with Gap set, and goes on from there without gaps.
+func TestObserveGap(t *testing.T) {
+	cl := etcdtest.Start(t)
+	direct := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	watcher, err := newClient(t, etcdtest.Client(t, cl, p.URL())).Election("gap")
+	require.NoError(t, err)
+	e, err := newClient(t, direct).Election("gap")
+	require.NoError(t, err)
+
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := make(chan lease.Leader, 100)
+	go func() {
+		defer close(seen)
+		for l := range watcher.Observe(octx) {
+			seen <- l
+		}
+	}()
+	next := func() lease.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-seen:
+			require.True(t, ok, "observer ended")
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing observed")
+			return lease.Leader{}
+		}
+	}
+	require.True(t, next().IsZero())
+	first, err := e.Campaign(ctx, "first")
+	require.NoError(t, err)
+	for l := next(); l.Term != first.Fence() || l.Since.IsZero(); l = next() {
+		require.False(t, l.Gap)
+	}
+
+	// Cut off, the observer misses two terms that etcd then compacts away.
+	p.Blackhole()
+	require.NoError(t, first.Resign(ctx))
+	missed, err := e.Campaign(ctx, "missed")
+	require.NoError(t, err)
+	require.NoError(t, missed.Resign(ctx))
+	last, err := e.Campaign(ctx, "last")
+	require.NoError(t, err)
+	resp, err := direct.Get(ctx, "probe")
+	require.NoError(t, err)
+	_, err = direct.Compact(ctx, resp.Header.Revision)
+	require.NoError(t, err)
+	p.Resume()
+	p.ResetConns()
+
+	l := next()
+	assert.True(t, l.Gap, "the leader after a gap says so: %+v", l)
+	assert.Equal(t, last.Fence(), l.Term)
+	assert.Equal(t, "last", l.Value)
+
+	// Then every change again, without Gap.
+	require.NoError(t, last.Proclaim(ctx, "last v2"))
+	l = next()
+	assert.False(t, l.Gap)
+	assert.Equal(t, "last v2", l.Value)
+	require.NoError(t, last.Resign(ctx))
+	l = next()
+	assert.False(t, l.Gap)
+	assert.True(t, l.IsZero())
+	stop()
+	for range seen {
 	}
 }

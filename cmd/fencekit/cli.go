@@ -17,12 +17,19 @@ const (
 	// current holder (or the lock is free). Nothing was deleted.
 	ExitRefused = 1
 	// ExitUsage is a usage error: an unknown flag, a bad value, a missing
-	// argument, an invalid lock name. Nothing was done.
+	// argument, an invalid lock name, a TTL below etcd's minimum, or a lock
+	// that others use as another kind of lock or a semaphore of another
+	// size (lease.ErrMismatch). Nothing was done; retrying the same way
+	// cannot help.
 	ExitUsage = 64
 	// ExitConn is a connection error: etcd could not be reached in time,
-	// refused the credentials or the TLS handshake, or a request's outcome
-	// is unknown.
+	// refused the credentials, the TLS handshake or the request (permission
+	// denied), or a request's outcome is unknown. Retrying may help.
 	ExitConn = 69
+	// ExitSoftware is an internal error (sysexits' EX_SOFTWARE): the lease
+	// package reported a state fencekit never puts it in (its Client
+	// closed, a lease released under it). A bug: report it.
+	ExitSoftware = 70
 	// ExitNotAcquired is "run" not getting the lock: held (with --try) or
 	// still held when --wait ran out. The command was not started.
 	ExitNotAcquired = 75

@@ -210,12 +210,51 @@ func readPassword(e *Env) (string, error) {
 	return strings.TrimRight(line, "\r\n"), nil
 }
 
-// exitCode maps an error from etcd or the lease package to an exit code:
-// usage errors (a lock name, a TTL etcd would raise) or connection errors.
+// exitCode maps an error from etcd or the lease package to an exit code.
+// Every lease sentinel has its code (exitcode_test.go holds each to it):
+//
+//   - a usage error (64): an invalid lock name, a TTL etcd would raise, a
+//     lock used with another kind or size (ErrMismatch): calling again
+//     the same way cannot help;
+//   - not acquired (75): ErrHeld;
+//   - lost (79): the lease ended without being released (ErrLost and its
+//     causes, ErrNotOwner, ErrNotFound);
+//   - refused (1): a force release naming another holder (NotHolderError,
+//     which release reports before it gets here);
+//   - internal (70): the Client closed or a lease released under fencekit,
+//     or an election error; fencekit uses neither that way, so it is a bug;
+//   - a connection error (69): permission denied, an outcome unknown, and
+//     everything else (etcd's own errors, a deadline, a retryable failure).
+//
+// The order matters where an error matches several: a lost lease that is
+// also retryable is lost.
 func exitCode(err error) int {
+	var nh *lease.NotHolderError
 	switch {
-	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrTTLTooShort):
+	case errors.As(err, &nh):
+		return ExitRefused
+	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrTTLTooShort), errors.Is(err, lease.ErrMismatch):
 		return ExitUsage
+	case errors.Is(err, lease.ErrHeld):
+		return ExitNotAcquired
+	case lostErr(err):
+		return ExitLost
+	case errors.Is(err, lease.ErrClosed), errors.Is(err, lease.ErrReleased), errors.Is(err, lease.ErrNoLeader):
+		return ExitSoftware
 	}
+	// ErrPermissionDenied, ErrOutcomeUnknown, ErrRetryable, and errors
+	// from etcd or the network.
 	return ExitConn
+}
+
+// lostErr reports whether err says a lease ended without its holder
+// releasing it.
+func lostErr(err error) bool {
+	for _, e := range []error{lease.ErrLost, lease.ErrNotOwner, lease.ErrNotFound, lease.ErrKeyDeleted,
+		lease.ErrKeyOverwritten, lease.ErrSessionExpired, lease.ErrDeadline} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

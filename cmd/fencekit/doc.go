@@ -33,7 +33,21 @@
 // a revoked session hands the lock over at once: the command is killed
 // within milliseconds, but the next holder may already have started, which
 // is why writes must carry FENCING_TOKEN to a resource that checks it.
-// When the command exits, run releases the lease and checks the result.
+// When the command exits, run stops whatever it left running before it
+// releases the lease: the rest of its process group (a background child)
+// and, on Linux, every descendant that left the group (setsid, a
+// double-forked daemon): run makes itself a child subreaper
+// (PR_SET_CHILD_SUBREAPER), so the command's orphans re-parent to it,
+// not to init, and it finds them in /proc. They get SIGTERM at once and
+// SIGKILL after --grace; the lease is held and renewed until they are
+// gone, and run says so on stderr; the exit code stays the command's. A
+// command that wants background work done under the lock must wait for it.
+// What this cannot catch without cgroups: work handed to another process
+// (systemd-run, at, a container runtime, ssh), descendants of a run that
+// was itself killed (its watchdog kills the process group, and while run
+// is stopped rather than dead, its other descendants too), and, off
+// Linux, processes that left the process group. Then run releases the
+// lease and checks the result.
 //
 // run confirms the lease every quarter TTL and keeps a deadline (the TTL
 // from when the last confirmed renewal was sent, minus the safety margin);
@@ -46,10 +60,16 @@
 //
 //	0..255  run: the command's own exit code (128+N when signal N ended it)
 //	1       release: refused, N is not the current holder; nothing deleted
-//	64      usage error (bad flag, argument, lock name or TTL); nothing done
-//	69      connection error: etcd unreachable within --dial-timeout, TLS or
-//	        authentication refused, or an outcome unknown
-//	75      run: lock not acquired (held, with --try; or --wait ran out)
+//	64      usage error (bad flag, argument, lock name or TTL, or a lock
+//	        that others use as another kind of lock or a semaphore of
+//	        another size); nothing done, retrying the same way cannot help
+//	69      connection error: etcd unreachable within --dial-timeout, TLS,
+//	        authentication or permission refused, or an outcome unknown;
+//	        retrying may help
+//	70      internal error: the lease library reported a state fencekit
+//	        never puts it in (a bug: report it)
+//	75      run: lock not acquired (held by anything, with --try; or --wait
+//	        ran out)
 //	79      run: lease lost; the command was killed (or had exited and the
 //	        release found the lease lost)
 //	126     run: the command could not be started

@@ -112,6 +112,15 @@ func child(mode string) int {
 				return 143
 			}
 		}
+	case "stubborn": // loop, ignoring SIGTERM
+		signal.Ignore(syscall.SIGTERM)
+		note("start")
+		for {
+			time.Sleep(10 * time.Millisecond)
+			note("alive")
+		}
+	case "spawn":
+		return spawn(note)
 	case "trap":
 		sigc := make(chan os.Signal, 1)
 		signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -121,6 +130,41 @@ func child(mode string) int {
 		return 7
 	}
 	return 98
+}
+
+// spawn starts the test binary again in mode $FK_LEFT and exits without
+// waiting for it, leaving it behind: a background child ("cmd &" in sh).
+// With FK_SETSID=1 it goes through an intermediate process that calls
+// setsid, starts it and exits: a double-forked daemon, in a session and
+// process group of its own, whose parent is gone. Its pid is written to
+// $FK_OUT.pid.
+func spawn(note func(string)) int {
+	if os.Getenv("FK_SETSID") == "1" {
+		mid := exec.Command(os.Args[0])
+		mid.Env = append(os.Environ(), "FK_SETSID=0")
+		mid.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := mid.Run(); err != nil {
+			return 97
+		}
+		note("spawned")
+		return 0
+	}
+	left := exec.Command(os.Args[0])
+	left.Env = append(os.Environ(), "FK_CHILD="+os.Getenv("FK_LEFT"))
+	if err := left.Start(); err != nil {
+		return 97
+	}
+	if err := os.WriteFile(os.Getenv("FK_OUT")+".pid", []byte(strconv.Itoa(left.Process.Pid)), 0o600); err != nil {
+		return 97
+	}
+	// Exit once it runs (and, if stubborn, ignores SIGTERM).
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(os.Getenv("FK_OUT")); strings.Contains(string(b), "alive ") {
+			break
+		}
+	}
+	note("spawned")
+	return 0
 }
 
 func sigName(s os.Signal) string {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,7 +24,8 @@ The command runs in its own process group (in the terminal's foreground
 when fencekit has it) with stdin, stdout and stderr passed through, and with FENCING_TOKEN (the fencing token's text form,
 "<revision>:<lock>", for guard's Fencing-Token header or sqlguard) and
 FENCEKIT_LOCK in its environment. SIGINT, SIGTERM and SIGHUP sent to
-fencekit are forwarded to the command's process group.
+fencekit are forwarded to the command's process group (and to the
+processes of its tree that left the group, on Linux).
 
 When the lease is lost (renewals not confirmed in time, the record deleted,
 the session revoked), the process group gets SIGTERM at once and SIGKILL
@@ -35,12 +38,28 @@ A watchdog process started next to the command holds the same deadline
 as fencekit (the TTL from the last confirmed renewal, minus the margin), so
 the command is also killed in time if fencekit itself is stopped or killed.
 
-When the command exits, the lease is released and the result checked.
+When the command exits, whatever it left running is stopped before the
+lease is released: the rest of its process group (a background child,
+"cmd &") and, on Linux, every descendant that left the group (setsid, a
+double-forked daemon), which fencekit finds because it makes itself the
+command's child subreaper (PR_SET_CHILD_SUBREAPER): orphans re-parent to
+it, not to init. They get SIGTERM at once and SIGKILL after --grace;
+the lease is held, and renewed, until they are gone, and fencekit says
+so on stderr. The exit code stays the command's. To keep background work
+under the lock, make the command wait for it (sh's "wait"). Not caught
+without cgroups: work handed to another process's care (systemd-run, at,
+a container runtime, a remote host), descendants of a fencekit that was
+itself killed (the watchdog then kills the process group only), and, off
+Linux, processes that left the process group. Then the lease is
+released and the result checked.
 
 Exit codes: the command's own code (128+N if signal N ended it); 75 not
-acquired (held with --try, or --wait ran out); 79 lease lost (command
-killed, or the release found it lost); 64 usage error; 69 connection error;
-126 command not runnable; 127 command not found.`
+acquired (held by anything with --try, or --wait ran out); 79 lease lost
+(command killed, or the release found it lost); 64 usage error (including
+LOCK used by others as another kind of lock or a semaphore of another
+size: retrying cannot help); 69 connection error (etcd unreachable, TLS,
+authentication or permission refused, outcome unknown: retrying may help);
+70 internal error (a bug); 126 command not runnable; 127 command not found.`
 
 type runFlags struct {
 	conn     connFlags
@@ -333,6 +352,9 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	}
 	deadline := validFor(sent)
 
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(e.Stderr, "fencekit run: warning: %s: processes that leave the command's process group will not be found\n", oneLine(err.Error()))
+	}
 	cmd := exec.Command(cmdline[0], cmdline[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.Stdin, e.Stdout, e.Stderr
 	cmd.Env = append(withoutVars(os.Environ(), "FENCING_TOKEN", "FENCEKIT_LOCK"),
@@ -355,10 +377,12 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	wd, err := startWatchdog(pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
+	skip := -1 // the watchdog, not the command's
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "fencekit run: warning: %s: the command is not protected against fencekit itself being stopped\n", oneLine(err.Error()))
 	} else {
 		defer wd.stop()
+		skip = wd.cmd.Process.Pid
 	}
 
 	type renewal struct {
@@ -375,6 +399,8 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 	var (
 		killc   <-chan time.Time
 		waitErr error
+		left    *time.Ticker // while what the command left is stopped
+		leftc   <-chan time.Time
 	)
 	kill := func(cause string) {
 		if lost {
@@ -384,7 +410,7 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 		if wd != nil {
 			wd.dismiss() // this process does the killing
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		signalTree(pgid, skip, syscall.SIGTERM)
 		fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost: %s; sent SIGTERM to the command, SIGKILL in %v\n", l.Name(), cause, f.grace)
 		t := time.NewTimer(f.grace)
 		killc = t.C
@@ -393,15 +419,28 @@ loop:
 	for {
 		select {
 		case waitErr = <-exited:
-			break loop
+			exited = nil
+			if lost || !f.stopLeftovers(pgid, skip, waitCode(waitErr, cmd.ProcessState), e) {
+				break loop
+			}
+			// Hold the lease until they are gone: SIGTERM now, SIGKILL
+			// after --grace.
+			left = time.NewTicker(20 * time.Millisecond)
+			defer left.Stop()
+			leftc = left.C
+			killc = time.NewTimer(f.grace).C
+		case <-leftc:
+			if _, alive := leftovers(pgid, skip, true); !alive {
+				break loop
+			}
 		case s := <-sigc:
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			signalTree(pgid, skip, s.(syscall.Signal))
 		case <-l.Done():
 			kill(lossCause(l.Err()))
 		case <-own.C:
 			kill(fmt.Sprintf("no renewal confirmed within %v", ttl-f.margin()))
 		case <-killc:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			signalTree(pgid, skip, syscall.SIGKILL)
 			killc = nil
 		case <-renewTick.C:
 			if renewing || lost {
@@ -430,8 +469,8 @@ loop:
 		<-renewed
 	}
 	if lost {
-		// Whatever the command left in its group goes too.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		// Whatever the command left goes too.
+		signalTree(pgid, skip, syscall.SIGKILL)
 		return ExitLost, true
 	}
 	code = waitCode(waitErr, cmd.ProcessState)
@@ -446,6 +485,46 @@ loop:
 		return code, true
 	}
 	return code, false
+}
+
+// stopLeftovers is called when the command has exited with code: when it
+// left processes running (in its process group, or re-parented to this
+// process, see leftovers), it sends them SIGTERM, says so, and reports
+// true; the caller then holds the lease until they are gone, sending
+// SIGKILL after --grace.
+func (f *runFlags) stopLeftovers(pgid, skip, code int, e *Env) bool {
+	pids, alive := leftovers(pgid, skip, true)
+	if !alive {
+		return false
+	}
+	signalTree(pgid, skip, syscall.SIGTERM)
+	what := "processes in its process group"
+	if pids != nil {
+		what = fmt.Sprintf("%d process(es) (pid %s)", len(pids), joinInts(pids))
+	}
+	fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d but left %s running; sent SIGTERM, SIGKILL in %v; the lease is released once they are gone\n",
+		code, what, f.grace)
+	return true
+}
+
+// signalTree sends sig to the command's process group and to every other
+// process of its tree that leftovers finds (on Linux, those that left the
+// group too).
+func signalTree(pgid, skip int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	pids, _ := leftovers(pgid, skip, false)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+func joinInts(ns []int) string {
+	slices.Sort(ns)
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
 }
 
 // lossCause says why a lease ended, in one line.

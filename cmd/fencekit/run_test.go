@@ -210,3 +210,94 @@ func TestRunKilledChildKilled(t *testing.T) {
 	term := waitEvent(t, out, "term", 5*time.Second)
 	assert.Less(t, term.at.Sub(killed), 2*time.Second, "child outlived the lease's TTL")
 }
+
+// TestRunMismatchIsUsage: a lock that a Go client holds as a semaphore is
+// a usage error for "fencekit run" (64), not a connection error (69) a
+// script would retry for ever; with --try it is held (75), as --try does
+// not look at what holds the lock. The command does not start.
+func TestRunMismatchIsUsage(t *testing.T) {
+	cl := etcdtest.Start(t)
+	sem, err := newLocks(t, cl).Semaphore("sem", 2)
+	require.NoError(t, err)
+	p, err := sem.Acquire(ctxT(t, 10*time.Second))
+	require.NoError(t, err)
+	defer p.Release(ctxT(t, 5*time.Second))
+	out := filepath.Join(t.TempDir(), "events")
+	for _, c := range []struct {
+		flags []string
+		code  int
+		says  string
+	}{
+		{nil, ExitUsage, "another kind or size"},
+		{[]string{"--wait", "5s"}, ExitUsage, "another kind or size"},
+		{[]string{"--try"}, ExitNotAcquired, "is held"},
+	} {
+		args := append(append([]string{"run", "--endpoints", cl.Endpoints()[0]}, c.flags...), "sem", "--", testExe(t))
+		code, _, errOut := fk(t, childEnv("record", out), args...)
+		assert.Equal(t, c.code, code, "%v: %s", args, errOut)
+		assert.Contains(t, errOut, c.says)
+	}
+	assert.NoFileExists(t, out, "the command ran")
+}
+
+// TestRunLeftoversStopBeforeRelease: a command that exits leaving a
+// process running, a background child in its process group or a
+// double-forked daemon in a session of its own, does not take the lock's
+// protection away from it: run stops it (SIGTERM, then SIGKILL after
+// --grace for one that ignores SIGTERM) and releases the lease only once
+// it is gone, so nothing of the command runs beside the next holder.
+func TestRunLeftoversStopBeforeRelease(t *testing.T) {
+	for _, c := range []struct {
+		name, setsid, left string
+	}{
+		{"background child", "0", "loop"},
+		{"background child ignoring SIGTERM", "0", "stubborn"},
+		{"double-forked daemon", "1", "loop"},
+		{"double-forked daemon ignoring SIGTERM", "1", "stubborn"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := etcdtest.Start(t)
+			out := filepath.Join(t.TempDir(), "events")
+			const grace = 300 * time.Millisecond
+			p := start(t, childEnv("spawn", out, "FK_LEFT="+c.left, "FK_SETSID="+c.setsid),
+				"run", "--endpoints", cl.Endpoints()[0], "--grace", grace.String(), "job", "--", testExe(t))
+			code := p.wait(t, 30*time.Second)
+			exited := time.Now()
+			pidText, err := os.ReadFile(out + ".pid")
+			require.NoError(t, err, p.stderr.String())
+			pid, err := strconv.Atoi(string(pidText))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+			assert.Equal(t, 0, code, p.stderr.String())
+			assert.Contains(t, p.stderr.String(), "left 1 process(es) (pid "+string(pidText)+") running")
+
+			// Gone when run returned (it may linger a moment as a zombie
+			// until init reaps it).
+			require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 2*time.Second, 10*time.Millisecond,
+				"the leftover still runs after run released the lease")
+			var last, spawned time.Time
+			termed := false
+			for _, ev := range readEvents(t, out) {
+				switch ev.name {
+				case "alive", "term":
+					last = ev.at
+					termed = termed || ev.name == "term"
+				case "spawned":
+					spawned = ev.at
+				}
+			}
+			require.False(t, last.IsZero(), "the leftover never ran")
+			assert.True(t, last.Before(exited), "the leftover wrote %v after run exited", last.Sub(exited))
+			require.False(t, spawned.IsZero(), "the command did not finish spawning")
+			if c.left == "stubborn" {
+				assert.GreaterOrEqual(t, last.Sub(spawned), grace-50*time.Millisecond, "killed before --grace ran out")
+			} else {
+				assert.True(t, termed, "not stopped by SIGTERM")
+			}
+			n := len(readEvents(t, out))
+			time.Sleep(100 * time.Millisecond)
+			assert.Len(t, readEvents(t, out), n, "the leftover still writes")
+			requireFree(t, cl.Endpoints()[0], "job")
+		})
+	}
+}

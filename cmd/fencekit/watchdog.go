@@ -130,11 +130,26 @@ func runWatchdog(args []string, e *Env) int {
 				}
 			}
 		case <-deadline.C:
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			killTree(parent, pgid, syscall.SIGTERM)
 			fmt.Fprintf(e.Stderr, "fencekit run (watchdog): fencekit (pid %s) confirmed no renewal in time; sent SIGTERM to the command, SIGKILL in %v\n", parent, grace)
 			time.Sleep(grace)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			killTree(parent, pgid, syscall.SIGKILL)
 			return ExitLost
 		}
+	}
+}
+
+// killTree sends sig to the command's process group and, on Linux, to the
+// other descendants of fencekit (pid parent, when it is still there,
+// stopped say) but the watchdog: those that left the group.
+func killTree(parent string, pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	ppid, err := strconv.Atoi(parent)
+	if err != nil || ppid <= 1 || os.Getppid() != ppid {
+		return // fencekit is gone: its pid may be another process's now
+	}
+	pids, _ := tree(ppid, pgid, os.Getpid(), false)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
 	}
 }

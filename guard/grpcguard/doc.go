@@ -17,7 +17,13 @@
 // mark; a token a verifier did not confirm
 // (guard.WithVerifier) is codes.PermissionDenied ([CodeUnverified]); a
 // missing or malformed token codes.InvalidArgument; a store or verifier
-// failure codes.Unavailable, safe to retry. The handler runs only for an
+// failure codes.Unavailable, safe to retry: one that failed, or gave no
+// answer within the Guard's check budget (guard.WithCheckTimeout, default
+// 5 s, cut to nine tenths of the time left before the call's deadline, so
+// that the answer reaches the caller before its deadline passes). Only a
+// call whose own context ended (cancelled by the caller, or its deadline
+// passed while waiting for the resource) gets codes.Canceled or
+// codes.DeadlineExceeded. The handler runs only for an
 // accepted token, with the token in its context (fence.FromContext).
 //
 // # What it does not do

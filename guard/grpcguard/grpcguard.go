@@ -82,7 +82,10 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 // lock gives CodeRejected (codes.Aborted), a mark ahead of the lock
 // service CodeMarkAhead (codes.FailedPrecondition), an unverified token
 // CodeUnverified (codes.PermissionDenied), a missing or malformed token
-// codes.InvalidArgument, a store or verifier failure codes.Unavailable.
+// codes.InvalidArgument, a store or verifier failure (guard.ErrUnavailable:
+// one that failed, or gave no answer within the Guard's check budget,
+// which ends before the call's deadline) codes.Unavailable, and a call
+// whose own context ended first codes.Canceled or codes.DeadlineExceeded.
 // Calls route declines run unchecked, with a valid token, if sent, in
 // their context.
 //
@@ -188,7 +191,11 @@ func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
 		code, info.Reason = CodeMalformed, ReasonMalformed
 	case errors.Is(err, guard.ErrInvalidTarget):
 		return status.Error(codes.Internal, "guard: invalid target")
+	case errors.Is(err, guard.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The call's own context ended (cancelled, or its deadline passed
+		// while waiting for the resource).
 		return status.FromContextError(err).Err()
 	default:
 		return status.Error(codes.Unavailable, err.Error())

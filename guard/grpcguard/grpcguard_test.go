@@ -404,3 +404,63 @@ func TestGRPCMarkAhead(t *testing.T) {
 		t.Errorf("holder after ResetMark: %v", err)
 	}
 }
+
+// TestGRPCVerifierEtcdStopped: with etcd stopped, a call whose token needs
+// verification is refused with codes.Unavailable before the caller's own
+// deadline passes (not DeadlineExceeded: the verifier failed, the caller's
+// time did not run out), the handler does not run and the mark stays; the
+// holder's calls, equal to the mark, need no etcd and pass.
+func TestGRPCVerifierEtcdStopped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	locks, err := lease.New(etcdtest.Client(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := locks.Acquire(ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := lease.NewVerifier(etcdtest.Client(t, c), lease.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, guard.WithVerifier(verifier))
+	svc, conn := startRPC(t, g)
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	locks.Close()
+	c.Members[0].Stop()
+
+	newer := tok("items", holder.Fence().Revision+1)
+	for _, deadline := range []time.Duration{time.Second, 300 * time.Millisecond} {
+		cctx, ccancel := context.WithTimeout(fence.NewContext(ctx, newer), deadline)
+		start := time.Now()
+		err = put(cctx, conn, "item/1")
+		took := time.Since(start)
+		ccancel()
+		if status.Code(err) != codes.Unavailable || took >= deadline {
+			t.Errorf("call bounded to %v, etcd stopped: %v after %v, want Unavailable before the deadline", deadline, err, took)
+		}
+	}
+	// The caller's own cancellation is still Canceled.
+	cctx, ccancel := context.WithCancel(fence.NewContext(ctx, newer))
+	time.AfterFunc(100*time.Millisecond, ccancel)
+	if err := put(cctx, conn, "item/1"); status.Code(err) != codes.Canceled {
+		t.Errorf("call cancelled by its caller: %v, want Canceled", err)
+	}
+	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
+		t.Errorf("holder, equal to the mark, etcd stopped: %v", err)
+	}
+	if got := svc.appliedTo("item/1"); !slices.Equal(got, []fence.Token{holder.Fence(), holder.Fence()}) {
+		t.Errorf("applied %v, want the holder's two calls", got)
+	}
+	if mark, err := g.Mark(ctx, "item/1"); err != nil || mark != holder.Fence() {
+		t.Errorf("mark = %v, %v; want the holder's", mark, err)
+	}
+}
