@@ -347,3 +347,106 @@ func BenchmarkLeaderKillStall(b *testing.B) {
 	b.Logf("%d leader kills: lock stall median %v, max %v (election timeout %v, target %v)",
 		len(stalls), median.Round(time.Millisecond), worst.Round(time.Millisecond), procElection, procElection+time.Second)
 }
+
+// The etcd leader freezes (SIGSTOP, as a frozen VM) while a holder that
+// reaches only it holds a lock and a waiter on the two healthy members
+// waits. The holder's lease must end (Done) before anyone else is
+// admitted, and the waiter must keep its session and its place in the
+// queue across the election: its renewals, stuck at followers that
+// forward them to the frozen leader, are resent. TTL 3 s is below the
+// package doc's rule (five election timeouts, 5 s here), the tight case
+// where renewals that waited for their reply lost the session every time.
+func TestStalledLeaderKeepsWaitersInQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("freezes etcd members")
+	}
+	pc := startProcCluster(t, 3)
+	lead := pc.waitLeader()
+	var others []string
+	for i, m := range pc.members {
+		if i != lead {
+			others = append(others, m.conf.ClientURL)
+		}
+	}
+	dial := func(eps ...string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	const ttl = 3 * time.Second
+	holder, err := lease.New(dial(pc.members[lead].conf.ClientURL), lease.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := lease.New(dial(others...), lease.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := holder.Acquire(ctx, "stalled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type admitted struct {
+		l   *lease.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan admitted, 1)
+	go func() {
+		w, err := waiter.Acquire(ctx, "stalled")
+		got <- admitted{w, err, time.Now()}
+	}()
+	direct := dial(others...)
+	for {
+		resp, err := direct.Get(ctx, lease.DefaultPrefix+"stalled/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count == 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	lost := make(chan time.Time, 1)
+	go func() {
+		<-l.Done()
+		lost <- time.Now()
+	}()
+	pid := pc.members[lead].w.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var a admitted
+	select {
+	case a = <-got:
+	case <-time.After(20 * time.Second):
+	}
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	if a.at.IsZero() {
+		t.Fatal("the waiter was not admitted within 20 s of the freeze")
+	}
+	if a.err != nil {
+		t.Fatalf("the waiter lost its place: %v", a.err)
+	}
+	defer a.l.Release(ctx)
+	var lostAt time.Time
+	select {
+	case lostAt = <-lost:
+	default:
+		t.Fatal("the waiter was admitted while the frozen holder's lease had not ended")
+	}
+	if !lostAt.Before(a.at) {
+		t.Errorf("the holder's Done closed %v after the waiter was admitted", lostAt.Sub(a.at))
+	}
+	t.Logf("after the freeze: holder lost after %v (%v), waiter admitted after %v",
+		lostAt.Sub(stopped).Round(time.Millisecond), l.Err(), a.at.Sub(stopped).Round(time.Millisecond))
+	if !errors.Is(l.Err(), lease.ErrLost) {
+		t.Errorf("holder's Err = %v; want a loss", l.Err())
+	}
+}

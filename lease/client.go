@@ -39,6 +39,8 @@ type Client struct {
 	checked map[string]struct{} // endpoints whose version was checked; guarded by sessMu
 	busy    busyLocks           // locks found taken lately (see enqueue)
 	latency atomic.Int64        // recent reply time of Release, Reenter and Proclaim, in ns (see resender)
+	// recent reply time of background renewals, in ns (see renewalDeadline)
+	renewLatency atomic.Int64
 
 	// mu guards the fields below. A session's and a Lease's own locks
 	// may be taken while it is held, never the other way round.
