@@ -83,10 +83,12 @@ const maxAttempts = 3
 // acquisition holds the lock now, or ErrNotFound when nobody does (it
 // expired, was deleted, or was already released) — in both cases this
 // holder had lost the lock, and the lease ends with a *LostError if it had
-// not already. An error matching ErrOutcomeUnknown means etcd's reply was
-// lost or ctx ended: call Release again. That retry is safe whatever was
-// called in between (Renew included) and never releases twice; if the
-// record went meanwhile, the retry returns nil and Err is ErrReleased.
+// not already. An error matching ErrOutcomeUnknown means no reply came to
+// any try (a try without a reply in time is resent, for up to one TTL; see
+// Leader failure in the package doc) before ctx ended: call Release again.
+// That retry is safe whatever was called in between (Renew included) and
+// never releases twice; if the record went meanwhile, the retry returns
+// nil and Err is ErrReleased.
 // Releasing a lease that was already released returns an error, never nil.
 // A Release called after the lease ended otherwise (Done closed, with a
 // *LostError) only cleans up: it returns nil when it deleted the record and
