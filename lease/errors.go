@@ -28,8 +28,8 @@ var (
 	// ErrReleased is the Err of a lease its holder released.
 	ErrReleased = errors.New("lease: released")
 	// ErrOutcomeUnknown reports that a Release, Reenter or Renew got no
-	// answer from etcd (unreachable, or ctx ended; a Release or Reenter
-	// resends itself first, for up to one TTL): it may or may not have
+	// answer from etcd (unreachable, or ctx ended; each resends itself
+	// first, for up to one TTL): it may or may not have
 	// applied. Retry the same call; it never applies twice.
 	ErrOutcomeUnknown = errors.New("lease: outcome unknown")
 	// ErrRetryable matches every error of Acquire, TryAcquire and Do after
