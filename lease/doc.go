@@ -204,8 +204,8 @@
 // client's next endpoint, for up to one TTL and within ctx; and a
 // background renewal waits at most a third of the renewal interval while
 // there is time for another. A lock released as its leader dies is handed
-// over about an election later (measured: 1.45 s median, 1.82 s max over
-// 10 kills with default timing), not 7 s later.
+// over about an election later (measured: 1.45 s median, at most 1.82 s,
+// over 10 kills with default timing), not 7 s later.
 //
 // The TTL rule: a session's validity deadline is the TTL less the safety
 // margin after its last confirmed renewal, which may be a third of a TTL
