@@ -15,7 +15,8 @@ func TestMain(m *testing.M) {
 	// A worker process started by the safety suite runs its worker and
 	// exits here; the test process goes on to run the tests.
 	faults.ServeWorker(map[string]faults.WorkerFunc{
-		workerName: runProcessWorker,
+		workerName:   runProcessWorker,
+		memberWorker: runEtcdMember,
 	})
 	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -34,8 +35,12 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	sessMu sync.Mutex // serialises session creation
-	busy   busyLocks  // locks found taken lately (see enqueue)
+	sessMu  sync.Mutex          // serialises session creation
+	checked map[string]struct{} // endpoints whose version was checked; guarded by sessMu
+	busy    busyLocks           // locks found taken lately (see enqueue)
+	latency atomic.Int64        // recent reply time of Release, Reenter and Proclaim, in ns (see resender)
+	// recent reply time of background renewals, in ns (see renewalDeadline)
+	renewLatency atomic.Int64
 
 	// mu guards the fields below. A session's and a Lease's own locks
 	// may be taken while it is held, never the other way round.
@@ -105,6 +110,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		orphans:  map[string]orphan{},
 		sessions: map[*session]struct{}{},
 		watches:  map[string]*keyWatch{},
+		checked:  map[string]struct{}{},
 	}, nil
 }
 

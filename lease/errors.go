@@ -28,15 +28,16 @@ var (
 	// ErrReleased is the Err of a lease its holder released.
 	ErrReleased = errors.New("lease: released")
 	// ErrOutcomeUnknown reports that a Release, Reenter or Renew got no
-	// answer from etcd (unreachable, or ctx ended): it may or may not have
+	// answer from etcd (unreachable, or ctx ended; each resends itself
+	// first, for up to one TTL): it may or may not have
 	// applied. Retry the same call; it never applies twice.
 	ErrOutcomeUnknown = errors.New("lease: outcome unknown")
 	// ErrRetryable matches every error of Acquire, TryAcquire and Do after
 	// which calling again may succeed: the lease was lost, the session
 	// ended during the wait, the waiter's record was removed, or etcd could
 	// not be reached. It never matches a ctx error, ErrClosed,
-	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrMismatch or
-	// ErrHeld.
+	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrMismatch,
+	// ErrServerTooOld or ErrHeld.
 	ErrRetryable = errors.New("lease: retryable")
 	// ErrEtcdClosed reports that the etcd client was closed before the
 	// Client: its sessions could be neither renewed nor revoked, so its
@@ -60,6 +61,10 @@ var (
 	// minimum lease TTL, which the server would silently raise. Nothing is
 	// held; configure a longer TTL.
 	ErrTTLTooShort = errors.New("lease: TTL below the server's minimum")
+	// ErrServerTooOld reports an etcd member older than MinServerVersion,
+	// found before the Client's first session was granted. Nothing was
+	// written. Errors matching it are *ServerVersionError values.
+	ErrServerTooOld = errors.New("lease: etcd server too old")
 	// ErrPermissionDenied reports that etcd refused a request for lack of
 	// permission or authentication: the user needs read and write on the
 	// Client's key prefix. The request was not applied.
@@ -144,7 +149,7 @@ func retryable(err error) error {
 
 // permanent reports whether err is one that calling again cannot cure.
 func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld, ErrMismatch} {
+	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
 		if errors.Is(err, e) {
 			return true
 		}

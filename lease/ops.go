@@ -83,10 +83,12 @@ const maxAttempts = 3
 // acquisition holds the lock now, or ErrNotFound when nobody does (it
 // expired, was deleted, or was already released) — in both cases this
 // holder had lost the lock, and the lease ends with a *LostError if it had
-// not already. An error matching ErrOutcomeUnknown means etcd's reply was
-// lost or ctx ended: call Release again. That retry is safe whatever was
-// called in between (Renew included) and never releases twice; if the
-// record went meanwhile, the retry returns nil and Err is ErrReleased.
+// not already. An error matching ErrOutcomeUnknown means no reply came to
+// any try (a try without a reply in time is resent, for up to one TTL; see
+// Leader failure in the package doc) before ctx ended: call Release again.
+// That retry is safe whatever was called in between (Renew included) and
+// never releases twice; if the record went meanwhile, the retry returns
+// nil and Err is ErrReleased.
 // Releasing a lease that was already released returns an error, never nil.
 // A Release called after the lease ended otherwise (Done closed, with a
 // *LostError) only cleans up: it returns nil when it deleted the record and
@@ -111,13 +113,37 @@ func (l *Lease) Reenter(ctx context.Context) error {
 	return l.traced(ctx, opReenter, func(ctx context.Context) error { return l.change(ctx, opReenter, "") })
 }
 
-// change runs a Release, Reenter or Proclaim (op, storing payload).
+// change runs a Release, Reenter or Proclaim (op, storing payload). A try
+// whose reply is lost (no reply within its deadline, or a failure in
+// transit) is sent again at once, as the caller's own retry would be (see
+// resender): the lost-reply rules make that safe. The last unknown outcome
+// is returned when ctx ends or the resends' time is up.
 func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 	if l == nil {
 		return errNilLease
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
+	r := newResender(l.sess.ttl, &l.c.latency)
+	for try := 0; ; try++ {
+		err := l.changeOnce(ctx, r.deadline(), op, payload, try == 0)
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			return err
+		}
+		if !r.again(ctx, l.c) {
+			l.logResult(op, "unknown", err)
+			return err
+		}
+		if l.c.log.Enabled(context.Background(), slog.LevelInfo) {
+			l.c.log.LogAttrs(context.Background(), slog.LevelInfo, "lease "+op.String()+" resent",
+				append(l.attrs(), slog.String("error", err.Error()))...)
+		}
+	}
+}
+
+// changeOnce is one try of change: its first transaction gets d to reply.
+// Only the first try of a call counts a duplicate Release.
+func (l *Lease) changeOnce(ctx context.Context, d time.Duration, op opKind, payload string, first bool) error {
 	switch err := l.Err(); {
 	case err == nil:
 	case err == ErrReleased && op == opRelease && l.lastRelease():
@@ -128,7 +154,7 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 		return nil
 	case op != opRelease:
 		return err
-	case err == ErrReleased:
+	case err == ErrReleased && first:
 		l.c.met.duplicates.Inc()
 	}
 	for range maxAttempts {
@@ -148,7 +174,7 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 		} else {
 			write = clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 		}
-		resp, err := l.txn(ctx, write)
+		resp, err := l.txnWithin(ctx, d, write)
 		if err != nil {
 			if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
 				l.settleReleasing() // refused: not applied
@@ -166,8 +192,7 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 				l.logResult(op, "done", nil)
 				return nil
 			}
-			l.logResult(op, "unknown", err)
-			return opErr(op.String(), l.name, unknown(ctx, err))
+			return opErr(op.String(), l.name, unknown(ctx, err)) // change logs it
 		}
 		if resp.Succeeded {
 			// Nothing pending applied, and now none can.
@@ -193,8 +218,7 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 				l.logResult(op, "denied", err)
 				return opErr(op.String(), l.name, err)
 			}
-			l.logResult(op, "unknown", err)
-			return opErr(op.String(), l.name, unknown(ctx, err))
+			return opErr(op.String(), l.name, unknown(ctx, err)) // change logs it
 		}
 		st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 		if st.err != nil {
@@ -269,6 +293,22 @@ func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnRespo
 		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
 		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)),
 	).Then(ops...).Commit()
+}
+
+// txnWithin is txn with d for etcd to reply, within ctx. A try that got
+// no reply in time fails with errNoReply, not with a ctx error, since
+// ctx has not ended.
+func (l *Lease) txnWithin(ctx context.Context, d time.Duration, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	tctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	sent := time.Now()
+	resp, err := l.txn(tctx, ops...)
+	if err == nil {
+		observeLatency(&l.c.latency, time.Since(sent))
+	} else if ctx.Err() == nil && tctx.Err() != nil {
+		err = fmt.Errorf("%w within %v", errNoReply, d)
+	}
+	return resp, err
 }
 
 // stored is what the reads found.

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Renew confirms the lease and extends it: one read checks that the record
 // still has this acquisition's creation revision and owner token (it writes
 // nothing, so a stale Renew can neither extend a newer holder nor
 // re-create a missing record), then one keep-alive of the lease's session
-// extends the validity of every lease on it from the moment it was sent.
+// extends the validity of every lease on it from the moment it was sent
+// (a keep-alive without a reply in time is resent, as a Release is).
 //
 // The Client renews its sessions in the background, so Renew is needed only
 // to confirm ownership before a step that matters. Renew neither resolves
@@ -50,8 +52,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	sent := time.Now()
-	ka, err := l.c.etcd.KeepAliveOnce(ctx, l.sess.id)
+	ka, sent, err := l.keepAlive(ctx)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		l.c.endSession(l.sess, ErrSessionExpired)
@@ -63,4 +64,30 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.sess.extend(sent.Add(time.Duration(ka.TTL)*time.Second - l.sess.margin))
 	l.logResult(opRenew, "done", nil)
 	return nil
+}
+
+// keepAlive renews l's session once, resending a keep-alive that gets no
+// reply within its own deadline as Release does (see resender): one stuck
+// at a follower that forwards it to a stalled leader would otherwise wait
+// for etcd's request timeout. It returns the reply and when the try that
+// got it was sent.
+func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, time.Time, error) {
+	r := newResender(l.sess.ttl, &l.c.renewLatency)
+	for {
+		d := r.deadline()
+		tctx, cancel := context.WithTimeout(ctx, d)
+		sent := time.Now()
+		ka, err := l.c.etcd.KeepAliveOnce(tctx, l.sess.id)
+		cancel()
+		switch {
+		case err == nil:
+			observeLatency(&l.c.renewLatency, time.Since(sent))
+			return ka, sent, nil
+		case ctx.Err() == nil && tctx.Err() != nil:
+			err = fmt.Errorf("%w within %v", errNoReply, d)
+		}
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(rpcError(err), ErrPermissionDenied) || !r.again(ctx, l.c) {
+			return nil, sent, err
+		}
+	}
 }

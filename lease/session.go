@@ -25,6 +25,9 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	if s, err := c.liveSession(); s != nil || err != nil {
 		return s, err
 	}
+	if err := c.checkServers(ctx); err != nil {
+		return nil, err
+	}
 	sent := time.Now()
 	resp, err := c.etcd.Grant(ctx, int64(c.cfg.ttl/time.Second))
 	if err != nil {
@@ -146,9 +149,12 @@ func (c *Client) keepAlive(s *session) {
 		if floor := sent.Add(interval); until.Before(floor) {
 			until = floor
 		}
-		ctx, cancel := context.WithDeadline(c.ctx, until)
+		ctx, cancel := context.WithDeadline(c.ctx, c.renewalDeadline(sent, until, interval))
 		resp, err := c.etcd.KeepAliveOnce(ctx, s.id)
 		cancel()
+		if err == nil {
+			observeLatency(&c.renewLatency, time.Since(sent))
+		}
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			c.endSession(s, ErrSessionExpired)
@@ -179,6 +185,22 @@ func (c *Client) keepAlive(s *session) {
 		c.sweepLocked(false)
 		c.mu.Unlock()
 	}
+}
+
+// renewalDeadline is when a renewal sent at sent stops waiting for its
+// reply. A follower forwards a renewal to the leader it knows and, if that
+// leader is stalled (a frozen process or VM), answers only at etcd's
+// request timeout (7 s by default), even once a new leader is elected: so
+// while there is time for another, a renewal waits at most a third of the
+// renewal interval (or four times the recent reply time, at least 250 ms)
+// and is then sent again, to the client's next endpoint; the last one
+// before the validity deadline waits until it.
+func (c *Client) renewalDeadline(sent, until time.Time, interval time.Duration) time.Time {
+	d := max(interval/3, 4*time.Duration(c.renewLatency.Load()), minTryDeadline)
+	if until.Sub(sent) > 2*d+max(interval/4, 20*time.Millisecond) {
+		return sent.Add(d)
+	}
+	return until
 }
 
 // onDeadline runs when s's validity timer fires: it ends s unless a renewal
