@@ -11,16 +11,16 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/spantest"
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // guardSpans returns the spans of package guard's tracer.
-func guardSpans(exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
+func guardSpans(exp *spantest.Recorder) []spantest.Span {
 	return testkit.ScopeSpans(exp, "github.com/fencekit/fencekit/guard")
 }
 
@@ -33,7 +33,7 @@ type wantSpan struct {
 	status                        string // substring of the Error status; "" for an accepted token
 }
 
-func checkSpan(t *testing.T, s tracetest.SpanStub, w wantSpan) {
+func checkSpan(t *testing.T, s spantest.Span, w wantSpan) {
 	t.Helper()
 	a := testkit.SpanAttrs(s)
 	if s.Name != w.name {

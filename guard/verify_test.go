@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testkit"
@@ -28,7 +27,7 @@ import (
 // waiter's record, another lock's holder, and a holder of "items" in
 // another etcd cluster.
 type lockWorld struct {
-	c                    *embedetcd.Cluster
+	c                    *etcdtest.Cluster
 	cli                  *clientv3.Client
 	locks                *lease.Client
 	holder               *lease.Lease

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testkit"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/internal/etcdproc"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/promtest"
@@ -711,12 +711,10 @@ func TestAcquireAfterExternalRevoke(t *testing.T) {
 // leaves nothing behind.
 func TestTTLBelowServerMinimum(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	cl, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), TickMs: 100, ElectionMs: 1000})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
+	cl := etcdtest.StartConfig(t, etcdproc.Config{TickInterval: 100 * time.Millisecond, ElectionTimeout: time.Second, NoFsync: true})
 	cli := etcdtest.Client(t, cl)
 	c := newClient(t, cli, lease.WithTTL(time.Second))
-	_, err = c.Acquire(ctx, "short")
+	_, err := c.Acquire(ctx, "short")
 	require.ErrorIs(t, err, lease.ErrTTLTooShort)
 	leases, err := cli.Leases(ctx)
 	require.NoError(t, err)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/promtest"
@@ -41,10 +40,10 @@ type forgeWorld struct {
 	locks   *lease.Client
 	holder  *lease.Lease
 	forged  map[string]fence.Token
-	cluster *embedetcd.Cluster
+	cluster *etcdtest.Cluster
 }
 
-func newForgeWorld(t *testing.T, c, other *embedetcd.Cluster, name string) *forgeWorld {
+func newForgeWorld(t *testing.T, c, other *etcdtest.Cluster, name string) *forgeWorld {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
