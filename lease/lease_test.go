@@ -232,7 +232,9 @@ func TestFIFOAcrossClients(t *testing.T) {
 	)
 	for i := range n {
 		c := newClient(t, cli)
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			l, err := c.Acquire(ctx, "q")
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
@@ -245,7 +247,7 @@ func TestFIFOAcrossClients(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
-		})
+		}()
 		waitRecords(t, cli, "q", i+2) // enqueue strictly one after another
 	}
 	require.NoError(t, first.Release(ctx))
@@ -759,7 +761,9 @@ func TestRecordKeysAreReused(t *testing.T) {
 		overlap bool
 	)
 	for _, c := range []*lease.Client{a, b, a, b} { // two acquisitions per Client at a time
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range 40 {
 				l, err := c.Acquire(ctx, "reuse")
 				if err != nil {
@@ -785,7 +789,7 @@ func TestRecordKeysAreReused(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	assert.False(t, overlap, "two holders at once")

@@ -74,7 +74,8 @@ func newForgeWorld(t *testing.T, c, other *etcdtest.Cluster, name string) *forge
 	waiters := newClient(etcdtest.Client(t, c))
 	wctx, wcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { waiters.Acquire(wctx, name) })
+	wg.Add(1)
+	go func() { defer wg.Done(); waiters.Acquire(wctx, name) }()
 	t.Cleanup(func() { wcancel(); wg.Wait() })
 	var waiter int64
 	for waiter == 0 {
@@ -260,7 +261,11 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, 50)
 			for i := range errs {
-				wg.Go(func() { errs[i] = g.RunTx(ctx, e.db, nil, w.forged["far future"], []string{"r"}, nil) })
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = g.RunTx(ctx, e.db, nil, w.forged["far future"], []string{"r"}, nil)
+				}()
 			}
 			wg.Wait()
 			for i, err := range errs {
