@@ -53,9 +53,9 @@ func checkSpan(t *testing.T, s spantest.Span, w wantSpan) {
 		v, ok := a[key]
 		switch {
 		case want == 0 && ok:
-			t.Errorf("%s: %s = %s, want none", s.Name, key, v.Emit())
+			t.Errorf("%s: %s = %s, want none", s.Name, key, fmt.Sprint(v.AsInterface()))
 		case want != 0 && v.Type() != attribute.INT64:
-			t.Errorf("%s: %s = %s (%s), want int64 %d", s.Name, key, v.Emit(), v.Type(), want)
+			t.Errorf("%s: %s = %s (%s), want int64 %d", s.Name, key, fmt.Sprint(v.AsInterface()), v.Type(), want)
 		case want != 0 && v.AsInt64() != want:
 			t.Errorf("%s: %s = %d, want %d", s.Name, key, v.AsInt64(), want)
 		}

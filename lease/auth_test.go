@@ -207,19 +207,6 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 	return path
 }
 
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // sessionOf returns the etcd lease a record is attached to, as root sees it.
 func sessionOf(t *testing.T, root *clientv3.Client, key string) clientv3.LeaseID {
 	t.Helper()

@@ -134,8 +134,11 @@ func cacheDir() (string, error) {
 // file renamed into place, so that bin is complete whenever it exists.
 func build(ctx context.Context, src, modfile, bin string) error {
 	goCmd, err := exec.LookPath("go")
+	if err != nil && os.Getenv("GOROOT") != "" {
+		goCmd, err = filepath.Join(os.Getenv("GOROOT"), "bin", "go"), nil
+	}
 	if err != nil {
-		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return fmt.Errorf("no go command to build with: %w", err)
 	}
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
 	defer os.Remove(tmp)

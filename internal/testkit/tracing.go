@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -28,17 +29,17 @@ func Tracing(testing.TB) (*spantest.Recorder, *spantest.Recorder) {
 func SpanTexts(s spantest.Span) []string {
 	texts := []string{s.Name, s.Status.Description}
 	for _, a := range s.Attributes {
-		texts = append(texts, string(a.Key)+"="+a.Value.Emit())
+		texts = append(texts, string(a.Key)+"="+fmt.Sprint(a.Value.AsInterface()))
 	}
 	for _, e := range s.Events {
 		texts = append(texts, e.Name)
 		for _, a := range e.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.Emit())
+			texts = append(texts, string(a.Key)+"="+fmt.Sprint(a.Value.AsInterface()))
 		}
 	}
 	for _, l := range s.Links {
 		for _, a := range l.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.Emit())
+			texts = append(texts, string(a.Key)+"="+fmt.Sprint(a.Value.AsInterface()))
 		}
 	}
 	return texts
