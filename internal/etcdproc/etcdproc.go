@@ -221,14 +221,19 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		mu   sync.Mutex
 		errs error
 	)
+	// A member that exits (a port taken) leaves the others without a
+	// quorum: stop waiting for them then.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for _, m := range c.members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.waitReady(ctx); err != nil {
+			if err := m.waitReady(rctx); err != nil {
 				mu.Lock()
 				errs = errors.Join(errs, err)
 				mu.Unlock()
+				cancel()
 			}
 		}()
 	}

@@ -3,6 +3,7 @@ package etcdproc
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -172,7 +173,25 @@ func (m *Member) signalPause(pause bool) error {
 // Restart starts a stopped member again on the same addresses and data
 // and returns once it serves; ctx bounds the wait. Restarting a running
 // member does nothing. It returns ErrClosed after Cluster.Close.
+//
+// A port of the member may have been taken for a moment since it stopped
+// (a search for free ports binds and closes random ones); Restart then
+// tries again, up to 5 times.
 func (m *Member) Restart(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := m.restartOnce(ctx)
+		if err == nil || attempt == 5 || !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (m *Member) restartOnce(ctx context.Context) error {
 	m.mu.Lock()
 	if m.proc != nil {
 		m.mu.Unlock()
@@ -183,7 +202,19 @@ func (m *Member) Restart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return m.waitReady(ctx)
+	if err := m.waitReady(ctx); err != nil {
+		m.mu.Lock()
+		if p := m.proc; p != nil {
+			select {
+			case <-p.done:
+				m.proc, m.paused = nil, false // exited: may start again
+			default:
+			}
+		}
+		m.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // launch starts m's process. m.mu is held.
