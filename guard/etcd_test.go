@@ -145,7 +145,9 @@ func TestEtcdStoreConcurrentAdvance(t *testing.T) {
 	)
 	for i := range 8 {
 		r := rs[i%2]
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
 			for range 20 {
 				// Rising with jitter: many newer, equal and stale tokens.
@@ -169,7 +171,7 @@ func TestEtcdStoreConcurrentAdvance(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	mark, err := rs[1].store.Mark(ctx, resource)

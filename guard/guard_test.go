@@ -334,7 +334,9 @@ func runWriters(t *testing.T, do doFunc, writers, perWriter int) []int64 {
 	)
 	counter.Store(10)
 	for w := range writers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for range perWriter {
 				rev := max(counter.Add(1)+int64(rng.IntN(7))-3, 1)
@@ -352,7 +354,7 @@ func runWriters(t *testing.T, do doFunc, writers, perWriter int) []int64 {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	return applied

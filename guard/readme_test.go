@@ -14,6 +14,11 @@ func TestReadmeSnippets(t *testing.T) {
 	if n := testkit.CheckSnippets(t, "../README.md", "guard", "."); n < 2 {
 		t.Errorf("README has %d marked guard snippets, want at least 2 (the HTTP quick snippet and the verifier's)", n)
 	}
+	// guard's tracing example lives in the examples module, which may
+	// require an OpenTelemetry SDK (this module does not).
+	if n := testkit.CheckSnippets(t, "../README.md", "examples", "../examples"); n < 1 {
+		t.Errorf("README has %d marked examples snippets, want guard's tracing one", n)
+	}
 	if n := testkit.CheckDocSnippets(t, "."); n < 1 {
 		t.Errorf("doc.go has %d code blocks, want the verifier's", n)
 	}

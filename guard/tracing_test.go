@@ -11,16 +11,16 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/spantest"
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // guardSpans returns the spans of package guard's tracer.
-func guardSpans(exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
+func guardSpans(exp *spantest.Recorder) []spantest.Span {
 	return testkit.ScopeSpans(exp, "github.com/fencekit/fencekit/guard")
 }
 
@@ -33,7 +33,7 @@ type wantSpan struct {
 	status                        string // substring of the Error status; "" for an accepted token
 }
 
-func checkSpan(t *testing.T, s tracetest.SpanStub, w wantSpan) {
+func checkSpan(t *testing.T, s spantest.Span, w wantSpan) {
 	t.Helper()
 	a := testkit.SpanAttrs(s)
 	if s.Name != w.name {
@@ -53,9 +53,9 @@ func checkSpan(t *testing.T, s tracetest.SpanStub, w wantSpan) {
 		v, ok := a[key]
 		switch {
 		case want == 0 && ok:
-			t.Errorf("%s: %s = %s, want none", s.Name, key, v.String())
+			t.Errorf("%s: %s = %s, want none", s.Name, key, fmt.Sprint(v.AsInterface()))
 		case want != 0 && v.Type() != attribute.INT64:
-			t.Errorf("%s: %s = %s (%s), want int64 %d", s.Name, key, v.String(), v.Type(), want)
+			t.Errorf("%s: %s = %s (%s), want int64 %d", s.Name, key, fmt.Sprint(v.AsInterface()), v.Type(), want)
 		case want != 0 && v.AsInt64() != want:
 			t.Errorf("%s: %s = %d, want %d", s.Name, key, v.AsInt64(), want)
 		}

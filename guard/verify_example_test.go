@@ -9,7 +9,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -17,16 +16,8 @@ func ExampleWithVerifier() {
 	// An embedded etcd stands in for the lock service's cluster.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cli.Close()
+	cli, stop := exampleEtcd()
+	defer stop()
 	locks, err := lease.New(cli)
 	if err != nil {
 		log.Fatal(err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testkit"
@@ -28,7 +27,7 @@ import (
 // waiter's record, another lock's holder, and a holder of "items" in
 // another etcd cluster.
 type lockWorld struct {
-	c                    *embedetcd.Cluster
+	c                    *etcdtest.Cluster
 	cli                  *clientv3.Client
 	locks                *lease.Client
 	holder               *lease.Lease
@@ -72,7 +71,8 @@ func newLockWorld(t *testing.T) *lockWorld {
 	waiters := newClient(etcdtest.Client(t, c))
 	wctx, wcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { waiters.Acquire(wctx, "items") })
+	wg.Add(1)
+	go func() { defer wg.Done(); waiters.Acquire(wctx, "items") }()
 	t.Cleanup(func() { wcancel(); wg.Wait() })
 	for w.waiter.IsZero() {
 		resp, err := w.cli.Get(ctx, lease.DefaultPrefix+"items/", clientv3.WithPrefix(),
@@ -227,7 +227,9 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 	var wg sync.WaitGroup
 	statuses := make([]int, 50)
 	for i := range statuses {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			req, err := http.NewRequest(http.MethodPut, svc.srv.URL+"/items/1", strings.NewReader("forged"))
 			if err != nil {
 				return
@@ -239,7 +241,7 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 			}
 			resp.Body.Close()
 			statuses[i] = resp.StatusCode
-		})
+		}()
 	}
 	wg.Wait()
 	for i, s := range statuses {

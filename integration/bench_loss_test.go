@@ -49,7 +49,7 @@ func BenchmarkLossSignal(b *testing.B) {
 	// Benchmarks have no -timeout: bound every wait.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	target := strings.TrimPrefix(cl.Members[0].ClientURL, "http://")
+	target := strings.TrimPrefix(cl.Members()[0].ClientURL(), "http://")
 
 	b.Run("fencekit/revoke", func(b *testing.B) {
 		c := benchLocks(b, cli, lease.WithTTL(5*time.Second), lease.WithPrefix("loss-revoke-fk/"))

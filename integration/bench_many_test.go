@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -170,13 +170,13 @@ func init() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	cl, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir})
+	cl, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: dir})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Println(cl.Members[0].ClientURL)
+	fmt.Println(cl.Members()[0].ClientURL())
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	cl.Close()
 	os.Exit(0)

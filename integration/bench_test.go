@@ -55,7 +55,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -64,15 +64,15 @@ import (
 
 // benchEtcd starts a one-member embedded etcd (fsync on) for one top-level
 // benchmark and returns it with a client.
-func benchEtcd(b *testing.B) (*embedetcd.Cluster, *clientv3.Client) {
+func benchEtcd(b *testing.B) (*etcdtest.Cluster, *clientv3.Client) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := embedetcd.Start(ctx, embedetcd.Config{Dir: b.TempDir()})
+	cl, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(cl.Close)
+	b.Cleanup(func() { _ = cl.Close() })
 	return cl, benchClient(b, cl.Endpoints()...)
 }
 

@@ -11,20 +11,19 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/etcdproc"
+	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -64,45 +63,17 @@ func startSecureEtcd(t *testing.T) *secureEtcd {
 	certFile := writePEM(t, dir, "server.pem", "CERTIFICATE", serverCert.Raw)
 	keyFile := writePEM(t, dir, "server-key.pem", "PRIVATE KEY", marshalKey(t, serverKey))
 
-	ports := freePorts(t, 2)
-	clientURL := url.URL{Scheme: "https", Host: "127.0.0.1:" + strconv.Itoa(ports[0])}
-	peerURL := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[1])}
-
-	cfg := embed.NewConfig()
-	cfg.Name = "secure"
-	cfg.Dir = filepath.Join(dir, "data")
-	cfg.TickMs = 10
-	cfg.ElectionMs = 100
-	cfg.UnsafeNoFsync = true
-	cfg.BcryptCost = 4 // bcrypt.MinCost: fast password checks in tests
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.ListenClientUrls = []url.URL{clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{clientURL}
-	cfg.ListenPeerUrls = []url.URL{peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{peerURL}
-	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
-	cfg.ClientTLSInfo.CertFile = certFile
-	cfg.ClientTLSInfo.KeyFile = keyFile
-	cfg.ClientTLSInfo.TrustedCAFile = caFile
-	cfg.ClientTLSInfo.ClientCertAuth = true
-
-	e, err := embed.StartEtcd(cfg)
-	require.NoError(t, err)
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		t.Fatalf("embedded etcd: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd not ready after 30s")
-	}
+	c := etcdtest.StartConfig(t, etcdproc.Config{
+		TLS:     true,
+		Certs:   &etcdproc.Certs{CAFile: caFile, CertFile: certFile, KeyFile: keyFile},
+		NoFsync: true,
+		Flags:   []string{"--bcrypt-cost=4"}, // bcrypt.MinCost: fast password checks in tests
+	})
 
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	s := &secureEtcd{
-		endpoint: clientURL.String(),
+		endpoint: c.Members[0].ClientURL,
 		caPool:   pool,
 		client:   tls.Certificate{Certificate: [][]byte{clientCert.Raw}, PrivateKey: clientKey},
 	}
@@ -234,19 +205,6 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 	path := filepath.Join(dir, name)
 	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
 	return path
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // sessionOf returns the etcd lease a record is attached to, as root sees it.

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
@@ -103,7 +102,7 @@ func hasPut(ops []clientv3.Op) bool {
 // that lock the queueing way, without the failed attempt, until it finds
 // it free again.
 func TestWriteReadsTheQueueOnlyWhenTaken(t *testing.T) {
-	onMembers(t, func(t *testing.T, cl *embedetcd.Cluster, member func(int) string) {
+	onMembers(t, func(t *testing.T, cl *etcdtest.Cluster, member func(int) string) {
 		ctx := ctxT(t, 30*time.Second)
 		holder := newClient(t, etcdtest.Client(t, cl, member(0)))
 		cli := etcdtest.Client(t, cl, member(1))

@@ -8,29 +8,11 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// startEtcd starts an embedded etcd for the examples and returns a client
-// and a function that stops both.
-func startEtcd() (*clientv3.Client, func()) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	cli, err := cl.NewClient()
-	if err != nil {
-		log.Fatal(err)
-	}
-	return cli, func() { cli.Close(); cl.Close() }
-}
-
 func Example() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 
@@ -68,7 +50,7 @@ func Example() {
 }
 
 func ExampleClient_Do() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	locks, err := lease.New(cli)
 	if err != nil {
@@ -88,7 +70,7 @@ func ExampleClient_Do() {
 }
 
 func ExampleClient_TryAcquire() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 	a, _ := lease.New(cli)
@@ -108,7 +90,7 @@ func ExampleClient_TryAcquire() {
 }
 
 func ExampleLease_Reenter() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 	locks, _ := lease.New(cli)
@@ -155,7 +137,7 @@ func writeOrders(ctx context.Context) error {
 
 // The shape of a critical section, by hand and in one call.
 func Example_orders() {
-	etcdClient, stop := startEtcd()
+	etcdClient, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 

@@ -11,7 +11,7 @@ import (
 )
 
 func ExampleClient_Inspect() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 
@@ -39,7 +39,7 @@ func ExampleClient_Inspect() {
 }
 
 func ExampleClient_ForceRelease() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 
@@ -71,7 +71,7 @@ func ExampleClient_ForceRelease() {
 }
 
 func ExampleClient_InspectAll() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testkit"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
+	"github.com/fencekit/fencekit/internal/etcdproc"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/promtest"
@@ -232,7 +232,9 @@ func TestFIFOAcrossClients(t *testing.T) {
 	)
 	for i := range n {
 		c := newClient(t, cli)
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			l, err := c.Acquire(ctx, "q")
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
@@ -245,7 +247,7 @@ func TestFIFOAcrossClients(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
-		})
+		}()
 		waitRecords(t, cli, "q", i+2) // enqueue strictly one after another
 	}
 	require.NoError(t, first.Release(ctx))
@@ -711,12 +713,10 @@ func TestAcquireAfterExternalRevoke(t *testing.T) {
 // leaves nothing behind.
 func TestTTLBelowServerMinimum(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	cl, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), TickMs: 100, ElectionMs: 1000})
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
+	cl := etcdtest.StartConfig(t, etcdproc.Config{TickInterval: 100 * time.Millisecond, ElectionTimeout: time.Second, NoFsync: true})
 	cli := etcdtest.Client(t, cl)
 	c := newClient(t, cli, lease.WithTTL(time.Second))
-	_, err = c.Acquire(ctx, "short")
+	_, err := c.Acquire(ctx, "short")
 	require.ErrorIs(t, err, lease.ErrTTLTooShort)
 	leases, err := cli.Leases(ctx)
 	require.NoError(t, err)
@@ -761,7 +761,9 @@ func TestRecordKeysAreReused(t *testing.T) {
 		overlap bool
 	)
 	for _, c := range []*lease.Client{a, b, a, b} { // two acquisitions per Client at a time
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range 40 {
 				l, err := c.Acquire(ctx, "reuse")
 				if err != nil {
@@ -787,7 +789,7 @@ func TestRecordKeysAreReused(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	assert.False(t, overlap, "two holders at once")

@@ -13,7 +13,7 @@ import (
 // At most two migrations run at once, across every process that uses the
 // semaphore "migrations" with size 2.
 func ExampleClient_Semaphore() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 	locks, err := lease.New(cli)
@@ -57,7 +57,7 @@ func ExampleClient_Semaphore() {
 
 // Readers share the lock; the writer's Lease carries a fencing token.
 func ExampleClient_RWMutex() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 	locks, err := lease.New(cli)
@@ -98,7 +98,7 @@ func ExampleClient_RWMutex() {
 
 // One replica leads and publishes its address; everyone can ask who leads.
 func ExampleClient_Election() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
 	locks, err := lease.New(cli)
@@ -133,7 +133,7 @@ func ExampleClient_Election() {
 
 // Observe yields the current leader, then every change.
 func ExampleElection_Observe() {
-	cli, stop := startEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -8,23 +8,14 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 )
 
 func ExampleVerifier() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cli.Close()
+	cli, stop := exampleEtcd()
+	defer stop()
 	locks, err := lease.New(cli)
 	if err != nil {
 		log.Fatal(err)

@@ -60,7 +60,8 @@ func TestVerifier(t *testing.T) {
 	waiters := verifierClient(t, etcdtest.Client(t, c), lease.WithPrefix("verify-test/"))
 	wctx, wcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { waiters.Acquire(wctx, "orders") })
+	wg.Add(1)
+	go func() { defer wg.Done(); waiters.Acquire(wctx, "orders") }()
 	defer func() { wcancel(); wg.Wait() }()
 	var waiter int64
 	for waiter == 0 {

@@ -207,8 +207,9 @@ func (c *Client) runWatch(ctx context.Context, kw *keyWatch) {
 			}
 			if err := resp.Err(); err != nil {
 				// etcd cancels a watch the user may not read with a
-				// reason in text only, which err carries; say so, and
-				// back off.
+				// reason in text only, which err carries (its
+				// CancelReason field exists only from client v3.7);
+				// say so, and back off.
 				c.log.Warn("lease watch failed", slog.String("error", err.Error()))
 				backoff = min(2*backoff, time.Second)
 				break

@@ -8,21 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/promtest"
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// watchers is the number of watchers the embedded etcd servers of this
-// process serve (etcd registers its metrics on the default registry).
-func watchers(t *testing.T) float64 {
-	return promtest.Values(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_watcher_total")[""]
+// watchers is the number of watchers the members of cl serve.
+func watchers(t *testing.T, cl *etcdtest.Cluster) float64 {
+	return cl.Metric(t, "etcd_debugging_mvcc_watcher_total")
 }
 
 // A Client watches the record keys it holds or waits with, and the one
@@ -32,14 +28,14 @@ func TestWatchesFollowTheClientsLocks(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 30*time.Second)
-	base := watchers(t)
+	base := watchers(t, cl)
 	c := newClient(t, cli, lease.WithTTL(time.Second))
 	others := newClient(t, etcdtest.Client(t, cl))
 	for i := range 5 {
 		_, err := others.Acquire(ctx, fmt.Sprintf("unrelated-%d", i))
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return watchers(t) == base+5 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+5 }, 5*time.Second, 10*time.Millisecond)
 
 	a, err := c.Acquire(ctx, "w1")
 	require.NoError(t, err)
@@ -49,12 +45,12 @@ func TestWatchesFollowTheClientsLocks(t *testing.T) {
 	_, err = c.Acquire(actx, "w1") // waits behind its own record: one new watch, of its own key
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Eventually(t, func() bool { return watchers(t) == base+5+3 }, 5*time.Second, 10*time.Millisecond,
-		"one watch per record key this client has: got %v", watchers(t)-base)
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+5+3 }, 5*time.Second, 10*time.Millisecond,
+		"one watch per record key this client has: got %v", watchers(t, cl)-base)
 
 	require.NoError(t, a.Release(ctx))
 	require.NoError(t, b.Release(ctx))
-	require.Eventually(t, func() bool { return watchers(t) == base+5 }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+5 }, 10*time.Second, 50*time.Millisecond,
 		"watches of directories without records stop after about a TTL")
 }
 
@@ -64,7 +60,7 @@ func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 60*time.Second)
-	base := watchers(t)
+	base := watchers(t, cl)
 	c := newClient(t, cli)
 	const n = 600
 	ls := make([]*lease.Lease, n)
@@ -73,8 +69,8 @@ func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
 		ls[i], err = c.Acquire(ctx, fmt.Sprintf("many-%d", i))
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return watchers(t) == base+1 }, 10*time.Second, 20*time.Millisecond,
-		"got %v watchers", watchers(t)-base)
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+1 }, 10*time.Second, 20*time.Millisecond,
+		"got %v watchers", watchers(t, cl)-base)
 
 	for _, i := range []int{0, 300, n - 1} {
 		key, _ := heldRecord(t, cli, fmt.Sprintf("many-%d", i))
@@ -172,16 +168,15 @@ func TestHandoffToAFreshClientIsPrompt(t *testing.T) {
 	_ = clientv3.WithPrefix
 }
 
-// events is the number of watch events the embedded etcd servers of this
-// process have sent.
-func events(t *testing.T) float64 {
-	return promtest.Values(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_events_total")[""]
+// events is the number of watch events the members of cl have sent.
+func events(t *testing.T, cl *etcdtest.Cluster) float64 {
+	return cl.Metric(t, "etcd_debugging_mvcc_events_total")
 }
 
 // onMembers runs test on a 1- and a 3-member cluster; member(i) is the
 // client URL of the i-th member, round robin, so that a queue's clients
 // are spread over the members.
-func onMembers(t *testing.T, test func(t *testing.T, cl *embedetcd.Cluster, member func(int) string)) {
+func onMembers(t *testing.T, test func(t *testing.T, cl *etcdtest.Cluster, member func(int) string)) {
 	for _, members := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d members", members), func(t *testing.T) {
 			cl := etcdtest.StartCluster(t, members)
@@ -194,7 +189,7 @@ func onMembers(t *testing.T, test func(t *testing.T, cl *embedetcd.Cluster, memb
 // watches only the record it waits behind, so the events etcd sends for
 // one handoff do not grow with the queue.
 func TestReleaseWakesOnlyTheNextWaiter(t *testing.T) {
-	onMembers(t, func(t *testing.T, cl *embedetcd.Cluster, member func(int) string) {
+	onMembers(t, func(t *testing.T, cl *etcdtest.Cluster, member func(int) string) {
 		cli := etcdtest.Client(t, cl)
 		ctx := ctxT(t, 30*time.Second)
 		h, err := newClient(t, etcdtest.Client(t, cl, member(0))).Acquire(ctx, "line")
@@ -215,11 +210,11 @@ func TestReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 			waitRecords(t, cli, "line", i+2)
 		}
 		time.Sleep(100 * time.Millisecond) // every waiter's watch confirmed
-		before := events(t)
+		before := events(t, cl)
 		require.NoError(t, h.Release(ctx))
 		first := <-got
 		require.NotNil(t, first)
-		sent := events(t) - before
+		sent := events(t, cl) - before
 		// The holder's own watch and its successor's each get the delete.
 		assert.GreaterOrEqual(t, sent, 2.0, "the events metric counts")
 		assert.LessOrEqual(t, sent, 3.0, "events sent for one handoff with %d waiters", n)
@@ -238,7 +233,7 @@ func TestReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 // A waiter whose predecessor gives up reads the queue again, waits behind
 // the record before that, and is admitted when that one is released.
 func TestWaiterBehindACancelledWaiter(t *testing.T) {
-	onMembers(t, func(t *testing.T, cl *embedetcd.Cluster, member func(int) string) {
+	onMembers(t, func(t *testing.T, cl *etcdtest.Cluster, member func(int) string) {
 		cli := etcdtest.Client(t, cl)
 		ctx := ctxT(t, 30*time.Second)
 		h, err := newClient(t, etcdtest.Client(t, cl, member(0))).Acquire(ctx, "gap")

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,6 +202,31 @@ func uniq() string {
 		panic(err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// sqliteVersion returns the version of modernc.org/sqlite in this test
+// binary.
+func sqliteVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "modernc.org/sqlite" {
+				if d.Replace != nil {
+					return d.Replace.Version
+				}
+				return d.Version
+			}
+		}
+	}
+	return ""
+}
+
+// sqliteInterruptsBusyWait reports whether the SQLite driver ends a wait
+// for a lock when the waiter's context is cancelled: v1.62.0 does; v1.50.1
+// and older, which the library's go.mod floor (Go 1.24) allows, do not.
+func sqliteInterruptsBusyWait() bool {
+	v := strings.TrimPrefix(sqliteVersion(), "v1.")
+	minor, err := strconv.Atoi(v[:max(strings.IndexByte(v, '.'), 0)])
+	return err == nil && minor >= 62
 }
 
 // forEach runs f once per backend as a subtest, with migrated fence tables.

@@ -11,12 +11,12 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/spantest"
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -43,7 +43,7 @@ type spanRow struct {
 	failed                     bool // status Error
 }
 
-func rowOf(s tracetest.SpanStub) spanRow {
+func rowOf(s spantest.Span) spanRow {
 	a := testkit.SpanAttrs(s)
 	return spanRow{
 		name: strings.TrimPrefix(s.Name, "fencekit.sqlguard."), outcome: a["fencekit.outcome"].AsString(),
@@ -54,7 +54,7 @@ func rowOf(s tracetest.SpanStub) spanRow {
 }
 
 // sqlguardSpans returns the spans of sqlguard's tracer.
-func sqlguardSpans(exp *tracetest.InMemoryExporter) []tracetest.SpanStub {
+func sqlguardSpans(exp *spantest.Recorder) []spantest.Span {
 	return testkit.ScopeSpans(exp, "github.com/fencekit/fencekit/sqlguard")
 }
 
@@ -280,7 +280,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 
 		var scopes = map[string]int{}
 		for _, s := range exp.GetSpans() {
-			scopes[s.InstrumentationScope.Name]++
+			scopes[s.Scope]++
 		}
 		testkit.NoOwnerTokens(t, exp.GetSpans(), map[string]string{"A": tokenA, "B": tokenB})
 		if scopes["github.com/fencekit/fencekit/lease"] == 0 || scopes["github.com/fencekit/fencekit/sqlguard"] == 0 {
@@ -316,7 +316,7 @@ func TestTracingRetries(t *testing.T) {
 		if !errors.Is(err, sqlguard.ErrRetryable) {
 			t.Fatalf("RunTx = %v, want ErrRetryable", err)
 		}
-		var tx *tracetest.SpanStub
+		var tx *spantest.Span
 		fences := 0
 		for _, s := range sqlguardSpans(exp) {
 			switch s.Name {

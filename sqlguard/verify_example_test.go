@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 )
@@ -19,16 +18,8 @@ func ExampleWithVerifier() {
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
-	if err != nil {
-		panic(err)
-	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		panic(err)
-	}
-	defer cli.Close()
+	cli, stop := exampleEtcd()
+	defer stop()
 	locks, err := lease.New(cli)
 	if err != nil {
 		panic(err)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/promtest"
@@ -41,10 +40,10 @@ type forgeWorld struct {
 	locks   *lease.Client
 	holder  *lease.Lease
 	forged  map[string]fence.Token
-	cluster *embedetcd.Cluster
+	cluster *etcdtest.Cluster
 }
 
-func newForgeWorld(t *testing.T, c, other *embedetcd.Cluster, name string) *forgeWorld {
+func newForgeWorld(t *testing.T, c, other *etcdtest.Cluster, name string) *forgeWorld {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -75,7 +74,8 @@ func newForgeWorld(t *testing.T, c, other *embedetcd.Cluster, name string) *forg
 	waiters := newClient(etcdtest.Client(t, c))
 	wctx, wcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { waiters.Acquire(wctx, name) })
+	wg.Add(1)
+	go func() { defer wg.Done(); waiters.Acquire(wctx, name) }()
 	t.Cleanup(func() { wcancel(); wg.Wait() })
 	var waiter int64
 	for waiter == 0 {
@@ -261,7 +261,11 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, 50)
 			for i := range errs {
-				wg.Go(func() { errs[i] = g.RunTx(ctx, e.db, nil, w.forged["far future"], []string{"r"}, nil) })
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = g.RunTx(ctx, e.db, nil, w.forged["far future"], []string{"r"}, nil)
+				}()
 			}
 			wg.Wait()
 			for i, err := range errs {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testkit"
 
-	"github.com/fencekit/fencekit/internal/embedetcd"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/require"
@@ -303,7 +302,7 @@ func fk(t *testing.T, env []string, args ...string) (code int, stdout, stderr st
 }
 
 // endpointsEnv points fencekit at the cluster through ETCDCTL_ENDPOINTS.
-func endpointsEnv(cl *embedetcd.Cluster) []string {
+func endpointsEnv(cl *etcdtest.Cluster) []string {
 	return []string{"ETCDCTL_ENDPOINTS=" + strings.Join(cl.Endpoints(), ",")}
 }
 
@@ -317,7 +316,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func newLocks(t *testing.T, cl *embedetcd.Cluster, opts ...lease.Option) *lease.Client {
+func newLocks(t *testing.T, cl *etcdtest.Cluster, opts ...lease.Option) *lease.Client {
 	t.Helper()
 	c, err := lease.New(etcdtest.Client(t, cl), opts...)
 	require.NoError(t, err)

@@ -10,23 +10,14 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/integration/etcdtest"
 )
 
 func ExampleNew() {
 	// An embedded etcd stands in for the cluster the replicas share.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cli.Close()
+	cli, stop := exampleEtcd()
+	defer stop()
 
 	// Two replicas of one service, each with its own Guard, share marks.
 	replica := func() *guard.Guard {

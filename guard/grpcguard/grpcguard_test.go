@@ -88,7 +88,7 @@ var itemsDesc = grpc.ServiceDesc{
 	}},
 }
 
-func unaryHandler(method string, f func(*itemsRPC, context.Context, *wrapperspb.StringValue)) grpc.MethodHandler {
+func unaryHandler(method string, f func(*itemsRPC, context.Context, *wrapperspb.StringValue)) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
 	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 		in := new(wrapperspb.StringValue)
 		if err := dec(in); err != nil {

@@ -6,10 +6,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
+	"github.com/fencekit/fencekit/internal/spantest"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -17,9 +16,8 @@ import (
 // "fencekit.guard.serve" span per fenced call, unary or stream, with the
 // Guard's attributes; unfenced calls record none.
 func TestGRPCTracing(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
+	exp := spantest.NewRecorder()
+	tp := exp
 	_, conn := startRPC(t, newGuard(t, guard.WithTracerProvider(tp)))
 	ctx := context.Background()
 

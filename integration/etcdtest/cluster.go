@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/integration/faults"
+	"github.com/fencekit/fencekit/internal/etcdproc"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -34,6 +35,8 @@ type Cluster struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+
+	proc *etcdproc.Cluster // with Config.Binary: the members are processes
 }
 
 // Member is one member of a Cluster. It satisfies faults.Member, so
@@ -48,6 +51,8 @@ type Member struct {
 
 	mu   sync.Mutex // serializes start and stop
 	etcd atomic.Pointer[embed.Etcd]
+
+	proc *etcdproc.Member // with Config.Binary: the member's process
 }
 
 var _ faults.Member = (*Member)(nil)
@@ -62,6 +67,9 @@ func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Binary != "" {
+		return startProcesses(ctx, cfg)
 	}
 	// Ports are found free and released before etcd binds them; another
 	// process may take one in between. Try again on fresh ports then.
@@ -307,13 +315,22 @@ func (m *Member) ClientURL() string { return m.clientURL }
 func (m *Member) PeerURL() string { return m.peerURL }
 
 // Running reports whether the member is started.
-func (m *Member) Running() bool { return m.etcd.Load() != nil }
+func (m *Member) Running() bool {
+	if m.proc != nil {
+		return m.proc.Running()
+	}
+	return m.etcd.Load() != nil
+}
 
 // Stop stops the member; its data stays for Restart. A leader first
 // hands its leadership to a follower when it can, as etcd does on
 // shutdown. Stopping a stopped member does nothing. Clients connected to
 // it fail over to the others.
 func (m *Member) Stop() {
+	if m.proc != nil {
+		m.proc.Stop()
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.etcd.Swap(nil); e != nil {
@@ -327,11 +344,20 @@ func (m *Member) Stop() {
 // and returns once it is ready; ctx bounds the wait. Restarting a running
 // member does nothing. It returns ErrClosed after Cluster.Close.
 func (m *Member) Restart(ctx context.Context) error {
+	if m.proc != nil {
+		if m.cluster.closed.Load() {
+			return ErrClosed
+		}
+		return m.proc.Restart(ctx)
+	}
 	return m.start(ctx, "existing")
 }
 
 // IsLeader reports whether the member is running and is the raft leader.
 func (m *Member) IsLeader() bool {
+	if m.proc != nil {
+		return m.proc.IsLeader()
+	}
 	e := m.etcd.Load()
 	if e == nil {
 		return false
@@ -384,6 +410,9 @@ func (c *Cluster) Leader() *Member {
 // WaitLeader waits until every running member sees the same leader; ctx
 // bounds the wait.
 func (c *Cluster) WaitLeader(ctx context.Context) error {
+	if c.proc != nil {
+		return c.proc.WaitLeader(ctx)
+	}
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -416,6 +445,9 @@ func (c *Cluster) agreedLeader() bool {
 // TLS returns a new copy of the client TLS configuration (the cluster's
 // CA and client certificate), or nil when the cluster has no TLS.
 func (c *Cluster) TLS() *tls.Config {
+	if c.proc != nil {
+		return c.proc.TLS()
+	}
 	if c.certs == nil {
 		return nil
 	}
@@ -425,6 +457,9 @@ func (c *Cluster) TLS() *tls.Config {
 // CAFile returns the path of the cluster's CA certificate in PEM form, or
 // "" when the cluster has no TLS. It stays until the cluster is closed.
 func (c *Cluster) CAFile() string {
+	if c.proc != nil {
+		return c.proc.CAFile()
+	}
 	if c.certs == nil {
 		return ""
 	}
@@ -498,7 +533,7 @@ func (c *Cluster) NewClientThrough(proxies ...*faults.Proxy) (*clientv3.Client, 
 // proxyEndpoints returns the URLs of proxies in the cluster's scheme.
 func (c *Cluster) proxyEndpoints(proxies []*faults.Proxy) []string {
 	scheme := "http://"
-	if c.certs != nil {
+	if c.certs != nil || c.TLS() != nil {
 		scheme = "https://"
 	}
 	eps := make([]string, len(proxies))
@@ -519,6 +554,10 @@ func (c *Cluster) proxyEndpoints(proxies []*faults.Proxy) []string {
 func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		if c.proc != nil {
+			_ = c.proc.Close()
+			return
+		}
 		var wg sync.WaitGroup
 		var leader *Member
 		for _, m := range c.members {

@@ -85,8 +85,17 @@ type Config struct {
 	// user RootUser is created with this password and the root role before
 	// StartCluster returns. Cluster.ClientConfig carries the credentials.
 	RootPassword string
-	// Logger receives etcd's server logs. nil means none.
+	// Logger receives etcd's server logs. nil means none. It is not used
+	// with Binary: each process writes its log to <Dir>/<member>.log.
 	Logger *zap.Logger
+	// Binary, when not empty, is the path of an etcd server binary (etcd
+	// v3.5 or newer, such as the one you run in production): the members
+	// then run as separate processes of it on loopback ports instead of
+	// inside the test process, and Member gains Kill (SIGKILL), Pause
+	// (SIGSTOP) and Resume (SIGCONT). Every process is stopped by its PID
+	// on Close; on Linux the kernel kills them too if the test process
+	// dies. UnixSockets is not supported with it.
+	Binary string
 }
 
 // withDefaults returns cfg with its zero values replaced, or a
@@ -176,6 +185,19 @@ func WithAuth(rootPassword string) Option {
 			return &ConfigError{Field: "RootPassword", Reason: "empty password"}
 		}
 		c.RootPassword = rootPassword
+		return nil
+	})
+}
+
+// WithBinary runs the members as processes of the etcd server binary at
+// path (Config.Binary): your tests then run against the etcd version you
+// deploy.
+func WithBinary(path string) Option {
+	return optionFunc(func(c *Config) error {
+		if path == "" {
+			return &ConfigError{Field: "Binary", Reason: "empty path"}
+		}
+		c.Binary = path
 		return nil
 	})
 }

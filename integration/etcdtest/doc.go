@@ -37,6 +37,19 @@
 //   - Proxies and ClientThrough give one client its own faults.Proxy per
 //     member, for faults.Partition, faults.LostReplies and faults.SlowLink.
 //
+// # Your etcd binary
+//
+// WithBinary(path) (Config.Binary) runs the members as separate processes
+// of an etcd server binary (v3.5 or newer), such as the version you deploy,
+// instead of inside the test process; everything above works the same
+// (except WithUnixSockets and WithLogger: each process logs to
+// <dir>/<member>.log), and each Member gains Kill (SIGKILL: a crash),
+// Pause (SIGSTOP: a frozen machine whose sockets still accept
+// connections), Resume and PID. Close stops every process by its PID, and
+// on Linux the kernel kills them if the test process dies. fencekit's own
+// CI builds 3.5, 3.6 and 3.7 servers this way from its tools/etcdserver
+// module.
+//
 // Every cluster is independent: parallel tests each start their own. The
 // ports a running cluster uses are never handed to another cluster of the
 // same process; another process could still take a port between the

@@ -142,8 +142,9 @@ func (p *Proxy) accept() {
 			}
 			defer p.untrack(out)
 			var wg sync.WaitGroup
-			wg.Go(func() { p.pipe(out, in, false); out.Close() })
-			wg.Go(func() { p.pipe(in, out, true); in.Close() })
+			wg.Add(2)
+			go func() { defer wg.Done(); p.pipe(out, in, false); out.Close() }()
+			go func() { defer wg.Done(); p.pipe(in, out, true); in.Close() }()
 			wg.Wait()
 		}()
 	}

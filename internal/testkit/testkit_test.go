@@ -17,7 +17,8 @@ func TestLogBufferConcurrent(t *testing.T) {
 	log := b.Logger(-4)
 	var wg sync.WaitGroup
 	for i := range 8 {
-		wg.Go(func() { log.Info("x", "i", i) })
+		wg.Add(1)
+		go func() { defer wg.Done(); log.Info("x", "i", i) }()
 	}
 	wg.Wait()
 	recs := b.Records(t)

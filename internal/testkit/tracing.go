@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,37 +12,34 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/fencekit/fencekit/internal/spantest"
 )
 
-// Tracing returns a TracerProvider that exports every span to the
-// returned in-memory exporter as it ends; it shuts down with the test.
-func Tracing(t testing.TB) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return tp, exp
+// Tracing returns a new span recorder twice: as the TracerProvider to
+// give the code under test, and as the exporter to read ended spans from.
+func Tracing(testing.TB) (*spantest.Recorder, *spantest.Recorder) {
+	rec := spantest.NewRecorder()
+	return rec, rec
 }
 
 // SpanTexts returns every text a span carries: its name, status
 // description, and "key=value" for each attribute of the span, its events
 // and its links, for tests that look for what must not be there.
-func SpanTexts(s tracetest.SpanStub) []string {
+func SpanTexts(s spantest.Span) []string {
 	texts := []string{s.Name, s.Status.Description}
 	for _, a := range s.Attributes {
-		texts = append(texts, string(a.Key)+"="+a.Value.String())
+		texts = append(texts, string(a.Key)+"="+fmt.Sprint(a.Value.AsInterface()))
 	}
 	for _, e := range s.Events {
 		texts = append(texts, e.Name)
 		for _, a := range e.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.String())
+			texts = append(texts, string(a.Key)+"="+fmt.Sprint(a.Value.AsInterface()))
 		}
 	}
 	for _, l := range s.Links {
 		for _, a := range l.Attributes {
-			texts = append(texts, string(a.Key)+"="+a.Value.String())
+			texts = append(texts, string(a.Key)+"="+fmt.Sprint(a.Value.AsInterface()))
 		}
 	}
 	return texts
@@ -49,10 +47,10 @@ func SpanTexts(s tracetest.SpanStub) []string {
 
 // ScopeSpans returns the spans exp holds from the tracer named scope (a
 // package's import path).
-func ScopeSpans(exp *tracetest.InMemoryExporter, scope string) []tracetest.SpanStub {
-	var out []tracetest.SpanStub
+func ScopeSpans(exp *spantest.Recorder, scope string) []spantest.Span {
+	var out []spantest.Span
 	for _, s := range exp.GetSpans() {
-		if s.InstrumentationScope.Name == scope {
+		if s.Scope == scope {
 			out = append(out, s)
 		}
 	}
@@ -60,7 +58,7 @@ func ScopeSpans(exp *tracetest.InMemoryExporter, scope string) []tracetest.SpanS
 }
 
 // SpanAttrs returns a span's attributes by key.
-func SpanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+func SpanAttrs(s spantest.Span) map[attribute.Key]attribute.Value {
 	m := make(map[attribute.Key]attribute.Value, len(s.Attributes))
 	for _, a := range s.Attributes {
 		m[a.Key] = a.Value
@@ -71,7 +69,7 @@ func SpanAttrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 // NoOwnerTokens fails t for every text of spans (see SpanTexts) that
 // carries one of tokens (holder -> raw owner token, see OwnerToken),
 // whole or its random part.
-func NoOwnerTokens(t testing.TB, spans []tracetest.SpanStub, tokens map[string]string) {
+func NoOwnerTokens(t testing.TB, spans []spantest.Span, tokens map[string]string) {
 	t.Helper()
 	for _, s := range spans {
 		for _, text := range SpanTexts(s) {

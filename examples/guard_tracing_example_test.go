@@ -1,4 +1,4 @@
-package guard_test
+package examples_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// Each fencing decision is a span on the caller's TracerProvider, carrying
+// guard.WithTracerProvider: each fencing decision is a span on the caller's TracerProvider, carrying
 // the outcome, the token's revision and the mark, and a hash of the lock
 // name in place of the name.
-func ExampleWithTracerProvider() {
+func Example_guardTracing() {
 	exp := tracetest.NewInMemoryExporter() // in production: an OTLP exporter
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
