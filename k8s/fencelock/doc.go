@@ -29,7 +29,7 @@
 // etcd decides, not an observer's clock. Update by the Lock's identity
 // campaigns: the candidate queues in etcd (FIFO) and Update returns once
 // it leads; while leading, Update confirms the term (lease.Term.Renew).
-// Get reports the leader etcd has, with LeaseDurationSeconds 0, so that
+// Get reports the leader etcd has, with LeaseDurationSeconds -1, so that
 // client-go never waits out a lease by its own clock: every candidate goes
 // on to Update and waits in etcd's queue, and the next one leads the
 // moment the term ends there (a resign, or the session's expiry). The

@@ -134,16 +134,17 @@ func (l *Lock) RecordEvent(s string) {
 }
 
 // Get returns who leads now, as etcd says: HolderIdentity is the leader's
-// identity (empty when none), AcquireTime when its term began, RenewTime
-// when its term was last confirmed (by this Lock for its own term; for
-// another's, the time of this read, at which etcd still held its term).
-// LeaseDurationSeconds is 0: no observer's clock decides that a term has
-// expired, so a candidate always goes on to Update, which queues it in
-// etcd. It is one etcd read.
+// identity (empty when none), AcquireTime when its term began, and
+// RenewTime when this Lock last confirmed its own term; for another's
+// term, which fencekit does not publish renewals of, RenewTime is
+// AcquireTime, so that the record changes only when the term does.
+// LeaseDurationSeconds is -1: the record never vouches for its holder by
+// an observer's clock, so client-go never waits a lease out; a candidate
+// always goes on to Update, which queues it in etcd behind the leader. It
+// is one etcd read.
 func (l *Lock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	ldr, err := l.elec.Leader(ctx)
-	now := time.Now()
-	rec := &resourcelock.LeaderElectionRecord{}
+	rec := &resourcelock.LeaderElectionRecord{LeaseDurationSeconds: -1}
 	switch {
 	case errors.Is(err, lease.ErrNoLeader):
 	case err != nil:
@@ -151,7 +152,7 @@ func (l *Lock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []b
 	default:
 		rec.HolderIdentity = ldr.Value
 		rec.AcquireTime = metav1.NewTime(ldr.Since)
-		rec.RenewTime = metav1.NewTime(now)
+		rec.RenewTime = rec.AcquireTime
 		l.mu.Lock()
 		if l.lead != nil && l.lead.term.Fence() == ldr.Term {
 			rec.RenewTime = metav1.NewTime(l.confirmed)

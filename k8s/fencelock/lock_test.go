@@ -102,8 +102,8 @@ func TestGetReportsEtcdsLeader(t *testing.T) {
 	}
 	lead(t, a)
 	rec, _, err = b.Get(ctx)
-	if err != nil || rec.HolderIdentity != "pod-a" || rec.LeaseDurationSeconds != 0 || rec.AcquireTime.IsZero() {
-		t.Fatalf("Get = %+v, %v; want pod-a, no lease duration, an acquire time", rec, err)
+	if err != nil || rec.HolderIdentity != "pod-a" || rec.LeaseDurationSeconds != -1 || rec.AcquireTime.IsZero() {
+		t.Fatalf("Get = %+v, %v; want pod-a, lease duration -1, an acquire time", rec, err)
 	}
 	if got, want := b.Describe(), "etcd "+lease.DefaultPrefix+"ctrl"; got != want {
 		t.Errorf("Describe() = %q, want %q", got, want)
