@@ -48,6 +48,7 @@ type DurationError struct {
 	Rules []string
 }
 
+// Error says which rules the durations break and what to change.
 func (e *DurationError) Error() string {
 	return fmt.Sprintf("fencelock: elector durations (LeaseDuration %v, RenewDeadline %v, RetryPeriod %v) with TTL %v and margin %v: %s; change %s",
 		e.LeaseDuration, e.RenewDeadline, e.RetryPeriod, e.TTL, e.Margin,

@@ -3,7 +3,9 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +14,11 @@ import (
 	"github.com/fencekit/fencekit/integration/faults"
 	"github.com/fencekit/fencekit/k8s/fencelock"
 	"github.com/fencekit/fencekit/lease"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 )
 
 func newLock(t *testing.T, c *etcdtest.Cluster, identity string, opts ...fencelock.Option) *fencelock.Lock {
@@ -128,6 +133,30 @@ func TestGetReportsEtcdsLeader(t *testing.T) {
 	}
 	if rec, _, err := a.Get(ctx); err != nil || rec.HolderIdentity != "pod-b" {
 		t.Errorf("after the release Get = %+v, %v", rec, err)
+	}
+}
+
+func TestRecordEvent(t *testing.T) {
+	c := etcdtest.Start(t)
+	rec := record.NewFakeRecorder(1)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "pod-a"}}
+	var logs strings.Builder
+	l := newLock(t, c, "pod-a", fencelock.WithEventRecorder(rec, pod),
+		fencelock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l.RecordEvent("became leader")
+	if got, want := <-rec.Events, "Normal LeaderElection pod-a became leader"; got != want {
+		t.Errorf("event %q, want %q", got, want)
+	}
+	if !strings.Contains(logs.String(), `event="became leader"`) || !strings.Contains(logs.String(), "identity=pod-a") {
+		t.Errorf("log: %s", logs.String())
+	}
+	if _, err := fencelock.New(c.Client(t), "ctrl", "pod-a", fencelock.WithEventRecorder(nil, pod)); err == nil {
+		t.Error("New accepted a nil event recorder")
+	}
+	for _, id := range []string{"", "\xff", strings.Repeat("x", lease.MaxValueLen+1)} {
+		if _, err := fencelock.New(c.Client(t), "ctrl", id); !errors.Is(err, fencelock.ErrIdentity) {
+			t.Errorf("New with identity %q: %v, want ErrIdentity", id, err)
+		}
 	}
 }
 

@@ -11,10 +11,8 @@ import (
 func TestMain(m *testing.M) {
 	// client-go logs through klog; the tests read the callbacks instead.
 	klog.SetLogger(logr.Discard())
+	// client-go leaves no goroutine behind; the one ignored is etcd's.
 	goleak.VerifyTestMain(m,
-		// klog's flush daemon, started by klog's init for the life of the
-		// process (k8s.io/klog/v2.init -> StartFlushDaemon).
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 		// etcd's own (see fencekit's internal/testkit.EtcdLeaks): a peer's
 		// /version request to a member that stopped can block for ever.
 		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
