@@ -9,11 +9,11 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/spantest"
 	"github.com/fencekit/fencekit/internal/testkit"
 	"github.com/fencekit/fencekit/redisguard"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // TestObservability: each outcome is counted under the words of guard and
@@ -114,7 +114,7 @@ func TestObservability(t *testing.T) {
 	}
 }
 
-func allSpanTexts(spans []tracetest.SpanStub) []string {
+func allSpanTexts(spans []spantest.Span) []string {
 	var out []string
 	for _, s := range spans {
 		out = append(out, testkit.SpanTexts(s)...)

@@ -1,0 +1,31 @@
+// Package ctrlfence makes a controller-runtime manager elect its leader
+// through fencekit (package fencelock) and hands the leader's fencing token
+// to its reconcilers and other leader-election runnables.
+//
+//	lock, err := fencelock.New(etcdClient, "my-controller", podName, fencelock.WithTTL(15*time.Second))
+//	...
+//	defer lock.Close()
+//	opts, err := ctrlfence.Options(lock, manager.Options{Scheme: scheme})
+//	...
+//	mgr, err := manager.New(restConfig, opts)
+//	...
+//	err = mgr.AddHealthzCheck("fencekit", ctrlfence.HealthCheck(lock))
+//
+// A reconciler then finds the term's token with fence.FromContext(ctx) and
+// writes through sqlguard, guard.Transport or grpcguard with that ctx; the
+// ctx is cancelled as soon as the term ends, before etcd can admit the
+// next leader (see package fencelock for the timing rule).
+//
+// What it does not do: objects the manager writes through the Kubernetes
+// API server are not fenced (the API server does not know the token). A
+// deposed leader's in-flight API writes can land after its successor's;
+// use resourceVersion preconditions (optimistic concurrency, which
+// controller-runtime's Update does by default) and idempotent reconcilers,
+// or record the token in the object (an annotation) and refuse older ones
+// in an admission webhook.
+//
+// The manager leads at most once: as with any controller-runtime leader
+// election, a lost term stops the manager (Start returns "leader election
+// lost"); run a new manager (usually: let the process restart) with a new
+// Lock to campaign again.
+package ctrlfence
