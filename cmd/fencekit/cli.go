@@ -30,6 +30,11 @@ const (
 	// package reported a state fencekit never puts it in (its Client
 	// closed, a lease released under it). A bug: report it.
 	ExitSoftware = 70
+	// ExitServerTooOld is an etcd server older than the floor the lease
+	// package supports (lease.ErrServerTooOld, sysexits' EX_PROTOCOL):
+	// nothing was written, and retrying cannot help until the server is
+	// upgraded.
+	ExitServerTooOld = 76
 	// ExitNotAcquired is "run" not getting the lock: held (with --try) or
 	// still held when --wait ran out. The command was not started.
 	ExitNotAcquired = 75

@@ -237,6 +237,8 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, lease.ErrHeld):
 		return ExitNotAcquired
+	case errors.Is(err, lease.ErrServerTooOld):
+		return ExitServerTooOld
 	case lostErr(err):
 		return ExitLost
 	case errors.Is(err, lease.ErrClosed), errors.Is(err, lease.ErrReleased), errors.Is(err, lease.ErrNoLeader):

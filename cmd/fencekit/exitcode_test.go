@@ -41,6 +41,7 @@ var exitCodes = map[string]struct {
 	"ErrClosed":           {lease.ErrClosed, ExitSoftware},
 	"ErrEtcdClosed":       {lease.ErrEtcdClosed, ExitSoftware},
 	"ErrNoLeader":         {lease.ErrNoLeader, ExitSoftware},
+	"ErrServerTooOld":     {lease.ErrServerTooOld, ExitServerTooOld},
 }
 
 // TestExitCodeEverySentinel: every exported error variable of package

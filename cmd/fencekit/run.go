@@ -59,7 +59,8 @@ acquired (held by anything with --try, or --wait ran out); 79 lease lost
 LOCK used by others as another kind of lock or a semaphore of another
 size: retrying cannot help); 69 connection error (etcd unreachable, TLS,
 authentication or permission refused, outcome unknown: retrying may help);
-70 internal error (a bug); 126 command not runnable; 127 command not found.`
+70 internal error (a bug); 76 etcd server older than the supported
+floor; 126 command not runnable; 127 command not found.`
 
 type runFlags struct {
 	conn     connFlags
