@@ -27,9 +27,9 @@ import (
 type Cluster struct {
 	cfg     Config
 	token   string
-	tmpDirs []string // removed by Close
-	certs   *certs   // nil without TLS
-	ports   []int    // reserved for the members
+	tmpDirs []string        // removed by Close
+	certs   *etcdproc.Certs // nil without TLS
+	ports   []int           // reserved for the members
 	members []*Member
 	opened  bool // returned by StartCluster
 
@@ -97,7 +97,13 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		c.cfg.Dir = d
 	}
 	if cfg.TLS {
-		if c.certs, err = genCerts(filepath.Join(c.cfg.Dir, "tls"), cfg.Members); err != nil {
+		// Over a unix socket, etcd's client expects the socket's file
+		// name as the server name.
+		names := make([]string, cfg.Members)
+		for i := range names {
+			names[i] = sockName(i)
+		}
+		if c.certs, err = etcdproc.GenCerts(filepath.Join(c.cfg.Dir, "tls"), names...); err != nil {
 			return nil, fmt.Errorf("etcdtest: certificates: %w", err)
 		}
 	}
@@ -111,7 +117,7 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		c.tmpDirs = append(c.tmpDirs, sockDir)
 	}
-	ports, err := reservePorts(nPorts)
+	ports, err := etcdproc.ReservePorts(nPorts)
 	c.ports = ports
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: reserve ports: %w", err)
@@ -238,9 +244,9 @@ func (m *Member) embedConfig(state string) (*embed.Config, error) {
 	cfg.ClusterState = state
 	if c.certs != nil {
 		info := transport.TLSInfo{
-			CertFile:       c.certs.certFile,
-			KeyFile:        c.certs.keyFile,
-			TrustedCAFile:  c.certs.caFile,
+			CertFile:       c.certs.CertFile,
+			KeyFile:        c.certs.KeyFile,
+			TrustedCAFile:  c.certs.CAFile,
 			ClientCertAuth: true,
 		}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
@@ -451,7 +457,7 @@ func (c *Cluster) TLS() *tls.Config {
 	if c.certs == nil {
 		return nil
 	}
-	return c.certs.client.Clone()
+	return c.certs.Client.Clone()
 }
 
 // CAFile returns the path of the cluster's CA certificate in PEM form, or
@@ -463,7 +469,7 @@ func (c *Cluster) CAFile() string {
 	if c.certs == nil {
 		return ""
 	}
-	return c.certs.caFile
+	return c.certs.CAFile
 }
 
 // ClientConfig returns a client configuration for every member: their
@@ -574,7 +580,7 @@ func (c *Cluster) Close() error {
 		for _, d := range c.tmpDirs {
 			_ = os.RemoveAll(d)
 		}
-		releasePorts(c.ports)
+		etcdproc.ReleasePorts(c.ports)
 		if c.opened && openClusters.Add(-1) == 0 {
 			waitServerConns(6 * time.Second)
 		}

@@ -192,7 +192,7 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("etcdproc: certificates: %w", err)
 		}
 	}
-	if c.ports, err = reservePorts(3 * cfg.Members); err != nil {
+	if c.ports, err = ReservePorts(3 * cfg.Members); err != nil {
 		return nil, fmt.Errorf("etcdproc: reserve ports: %w", err)
 	}
 	scheme := "http"
@@ -429,7 +429,7 @@ func (c *Cluster) Close() error {
 		for _, d := range c.tmpDirs {
 			_ = os.RemoveAll(d)
 		}
-		releasePorts(c.ports)
+		ReleasePorts(c.ports)
 	})
 	return nil
 }

@@ -376,11 +376,12 @@ var reserved = struct {
 	ports map[int]bool
 }{ports: map[int]bool{}}
 
-// reservePorts returns n free loopback TCP ports, none handed to a
-// cluster of this process that is still open. They are released before
+// ReservePorts returns n free loopback TCP ports, none handed to a
+// cluster of this process that is still open (integration/etcdtest's
+// in-process clusters reserve from the same set). They are released before
 // etcd binds them; StartCluster tries again when another process takes
 // one in between.
-func reservePorts(n int) ([]int, error) {
+func ReservePorts(n int) ([]int, error) {
 	reserved.Lock()
 	defer reserved.Unlock()
 	var ls []net.Listener
@@ -409,7 +410,8 @@ func reservePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func releasePorts(ports []int) {
+// ReleasePorts makes ports available to ReservePorts again.
+func ReleasePorts(ports []int) {
 	reserved.Lock()
 	defer reserved.Unlock()
 	for _, p := range ports {
