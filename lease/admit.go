@@ -2,11 +2,13 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -43,7 +45,7 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 	}
 	w.position = len(blockers)
 	if w.setBlockers(blockers, need, readRev) {
-		return c.promote(w, myRev, req)
+		return c.admit(ctx, w, myRev, req)
 	}
 	if req.try {
 		return nil, ErrHeld
@@ -59,7 +61,7 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 			select {
 			case <-w.wakec:
 				if w.admitted() {
-					return c.promote(w, myRev, req)
+					return c.admit(ctx, w, myRev, req)
 				}
 			case <-w.failc:
 				return nil, w.failure()
@@ -79,13 +81,55 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 			}
 		}
 		if w.admitted() {
-			return c.promote(w, myRev, req)
+			return c.admit(ctx, w, myRev, req)
 		}
 		if err := c.reread(ctx, w); err != nil {
 			return nil, err
 		}
 		if w.admitted() {
-			return c.promote(w, myRev, req)
+			return c.admit(ctx, w, myRev, req)
+		}
+	}
+}
+
+// admit turns the admitted waiter w into a held lease (see promote), once
+// its own record is known to have existed when the last blocker went.
+func (c *Client) admit(ctx context.Context, w *waiter, myRev int64, req request) (*Lease, error) {
+	if at := w.unconfirmed(); at != 0 && !c.orderedWithOwn(w) {
+		if err := c.confirmOwn(ctx, w, at); err != nil {
+			return nil, err
+		}
+	}
+	return c.promote(w, myRev, req)
+}
+
+// orderedWithOwn reports whether the watch w waits on also covers w's own
+// record, so that it delivered any delete of that record before the
+// blocker's later one.
+func (c *Client) orderedWithOwn(w *waiter) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.block != nil && w.block.covers(w.key) && c.watches[w.block.key] == w.block
+}
+
+// confirmOwn reads w's own record as it was at revision at, when a blocker
+// was seen gone, and fails w if it was gone or someone else's by then. A
+// serializable read at that revision is answered by any member that has
+// applied it; one that has not (ErrFutureRev), or a revision compacted
+// away, leads to a read of the present instead: a record still there with
+// w's creation revision was there at every revision since.
+func (c *Client) confirmOwn(ctx context.Context, w *waiter, at int64) error {
+	for {
+		resp, err := c.etcd.Get(ctx, w.key, clientv3.WithRev(at), clientv3.WithSerializable())
+		if errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted) {
+			resp, err = c.etcd.Get(ctx, w.key)
+		}
+		if err == nil {
+			w.confirm(resp.Kvs)
+			return w.failure()
+		}
+		if err := c.retryable(ctx, w, err); err != nil {
+			return err
 		}
 	}
 }

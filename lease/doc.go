@@ -92,8 +92,13 @@
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,
 //     while it waits, one read of the queue whenever the record it waits
-//     behind goes and others may still block it; per Release, Reenter or
-//     Proclaim, one transaction;
+//     behind goes and others may still block it, and, when that delete
+//     admits it, one serializable read of its own record at the delete's
+//     revision (each watched key has its own watch, so a delete of its own
+//     record that came first may still be on its way: the read makes sure
+//     a waiter never holds a record that was gone before it was admitted;
+//     a semaphore waiter, whose directory watch delivers both in order,
+//     skips it); per Release, Reenter or Proclaim, one transaction;
 //   - events per second: the changes of its own records (two per
 //     acquire and release, one per Reenter, nested Release or Proclaim),
 //     plus one delete per record a waiter waits behind (and, when that

@@ -51,6 +51,15 @@ type waiter struct {
 	readAt   int64            // revision of the read blockers came from
 	need     int              // admitted once len(blockers) < need
 	seen     map[string]int64 // latest delete revision per key seen while reading the queue
+	// ownAt is the latest revision at which the waiter's own record is
+	// known to exist (a queue read that found it, or a resync); goneAt the
+	// latest revision at which a blocker was seen gone. Each watched key
+	// has its own watch, and etcd's events of different watches reach
+	// their consumers in no fixed order: a blocker's delete can arrive
+	// before an earlier delete of the waiter's own record. So a waiter
+	// admitted at a revision past ownAt confirms its record there first
+	// (see Client.confirmOwn).
+	ownAt, goneAt int64
 }
 
 // onDelete tells the waiter that a record of its lock was deleted at rev.
@@ -69,6 +78,7 @@ func (w *waiter) onDelete(key string, rev int64) {
 	default:
 		if crev, ok := w.blockers[key]; ok && rev > crev {
 			delete(w.blockers, key)
+			w.goneAt = max(w.goneAt, rev)
 			w.wake() // admitted, or its target may be gone
 		}
 	}
@@ -95,18 +105,15 @@ func (w *waiter) resync(covers func(string) bool, present map[string]*mvccpb.Key
 	}
 	if covers(w.key) {
 		kv := present[w.key]
-		var val []byte
-		if kv != nil {
-			val = kv.Value
-		}
-		switch tok, _, ok := decodeValue(val); {
+		switch {
 		case kv == nil || kv.CreateRevision != w.myRev:
 			w.fail(ErrKeyDeleted)
 			return
-		case !ok || tok != w.owner:
+		case !ownedBy(kv.Value, w.owner):
 			w.fail(ErrKeyOverwritten)
 			return
 		}
+		w.ownAt = max(w.ownAt, at)
 	}
 	if w.blockers == nil {
 		return
@@ -114,9 +121,33 @@ func (w *waiter) resync(covers func(string) bool, present map[string]*mvccpb.Key
 	for key, crev := range w.blockers {
 		if b := present[key]; covers(key) && (b == nil || b.CreateRevision != crev) {
 			delete(w.blockers, key)
+			w.goneAt = max(w.goneAt, at)
 		}
 	}
 	w.wake()
+}
+
+// confirm fails the waiter unless kvs (a read of its key) holds its own
+// record: the same creation revision and its owner token.
+func (w *waiter) confirm(kvs []*mvccpb.KeyValue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var kv *mvccpb.KeyValue
+	if len(kvs) == 1 {
+		kv = kvs[0]
+	}
+	switch {
+	case kv == nil || kv.CreateRevision != w.myRev:
+		w.fail(ErrKeyDeleted)
+	case !ownedBy(kv.Value, w.owner):
+		w.fail(ErrKeyOverwritten)
+	}
+}
+
+// ownedBy reports whether a record's value carries the owner token tok.
+func ownedBy(val []byte, tok string) bool {
+	got, _, ok := decodeValue(val)
+	return ok && got == tok
 }
 
 // setMyRev records the creation revision of the waiter's record, and fails
@@ -163,17 +194,19 @@ func (w *waiter) reading() {
 }
 
 // setBlockers sets the records that block the waiter, read at revision
-// at, less those the watch saw deleted during the read, and reports
-// whether it is admitted.
+// at together with its own record, less those the watch saw deleted
+// during the read, and reports whether it is admitted.
 func (w *waiter) setBlockers(blockers map[string]int64, need int, at int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for key, crev := range blockers {
-		if w.seen[key] > crev {
+		if gone := w.seen[key]; gone > crev {
 			delete(blockers, key)
+			w.goneAt = max(w.goneAt, gone)
 		}
 	}
 	w.blockers, w.need, w.seen, w.readAt = blockers, need, nil, at
+	w.ownAt = max(w.ownAt, at)
 	return len(blockers) < need
 }
 
@@ -208,6 +241,18 @@ func (w *waiter) admitted() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.blockers != nil && len(w.blockers) < w.need
+}
+
+// unconfirmed returns the revision at which the waiter's own record must
+// be confirmed before it is admitted, or 0 when a read already found it
+// there as late as the last blocker was seen gone.
+func (w *waiter) unconfirmed() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.goneAt > w.ownAt {
+		return w.goneAt
+	}
+	return 0
 }
 
 // oldestBlocker returns the first record still blocking the waiter.

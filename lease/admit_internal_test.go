@@ -1,0 +1,207 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A blocker's delete can reach a waiter before an earlier delete of the
+// waiter's own record (each key has its own watch). A waiter admitted by
+// such an event reads its record as of that event's revision before it
+// holds: these cases are what that read decides, on a real etcd.
+func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	const dir = "confirm/lock/"
+	put := func(key, val string) int64 {
+		t.Helper()
+		resp, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	del := func(key string) int64 {
+		t.Helper()
+		resp, err := cli.Delete(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	newWaiter := func(key, tok string, myRev, readAt int64) *waiter {
+		w := &waiter{key: key, dir: dir, owner: tok, wakec: make(chan struct{}, 1), failc: make(chan struct{})}
+		w.setMyRev(myRev)
+		w.setBlockers(map[string]int64{dir + "head": 1}, 1, readAt)
+		return w
+	}
+
+	t.Run("record deleted before the blocker", func(t *testing.T) {
+		mine := put(dir+"a", encodeValue("tok-a", 1))
+		gone := del(dir + "a")
+		blockerGone := put(dir+"other", "x") // any later revision
+		w := newWaiter(dir+"a", "tok-a", mine, mine)
+		w.onDelete(dir+"head", blockerGone) // arrives first
+		if !w.admitted() || w.unconfirmed() != blockerGone {
+			t.Fatalf("admitted %v unconfirmed %d; want admitted, unconfirmed at %d", w.admitted(), w.unconfirmed(), blockerGone)
+		}
+		if err := c.confirmOwn(ctx, w, blockerGone); !errors.Is(err, ErrKeyDeleted) {
+			t.Fatalf("confirmOwn = %v; want ErrKeyDeleted (deleted at %d, before %d)", err, gone, blockerGone)
+		}
+	})
+	t.Run("record deleted after the blocker", func(t *testing.T) {
+		mine := put(dir+"b", encodeValue("tok-b", 1))
+		blockerGone := put(dir+"other", "y")
+		del(dir + "b")
+		w := newWaiter(dir+"b", "tok-b", mine, mine)
+		w.onDelete(dir+"head", blockerGone)
+		if err := c.confirmOwn(ctx, w, blockerGone); err != nil {
+			t.Fatalf("confirmOwn = %v; want nil: the record was there when the blocker went", err)
+		}
+	})
+	t.Run("record overwritten", func(t *testing.T) {
+		mine := put(dir+"c", encodeValue("tok-c", 1))
+		put(dir+"c", encodeValue("someone-else", 1))
+		blockerGone := put(dir+"other", "z")
+		w := newWaiter(dir+"c", "tok-c", mine, mine)
+		w.onDelete(dir+"head", blockerGone)
+		if err := c.confirmOwn(ctx, w, blockerGone); !errors.Is(err, ErrKeyOverwritten) {
+			t.Fatalf("confirmOwn = %v; want ErrKeyOverwritten", err)
+		}
+	})
+	t.Run("admitting revision compacted", func(t *testing.T) {
+		mine := put(dir+"d", encodeValue("tok-d", 1))
+		blockerGone := put(dir+"other", "w")
+		now := put(dir+"other", "v")
+		if _, err := cli.Compact(ctx, now, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+		w := newWaiter(dir+"d", "tok-d", mine, mine)
+		w.onDelete(dir+"head", blockerGone)
+		if err := c.confirmOwn(ctx, w, blockerGone); err != nil {
+			t.Fatalf("confirmOwn = %v; want nil from a read of the present", err)
+		}
+		del(dir + "d")
+		w = newWaiter(dir+"d", "tok-d", mine, mine)
+		w.onDelete(dir+"head", blockerGone)
+		if err := c.confirmOwn(ctx, w, blockerGone); !errors.Is(err, ErrKeyDeleted) {
+			t.Fatalf("confirmOwn = %v; want ErrKeyDeleted from a read of the present", err)
+		}
+	})
+	t.Run("admitted by the read that found the record", func(t *testing.T) {
+		w := &waiter{key: dir + "e", dir: dir, owner: "tok-e", wakec: make(chan struct{}, 1), failc: make(chan struct{})}
+		w.setMyRev(10)
+		w.reading()
+		w.onDelete(dir+"head", 12) // seen while reading at 15
+		if !w.setBlockers(map[string]int64{dir + "head": 1}, 1, 15) {
+			t.Fatal("not admitted")
+		}
+		if got := w.unconfirmed(); got != 0 {
+			t.Fatalf("unconfirmed = %d; want 0: the read at 15 found the record", got)
+		}
+		w.reading()
+		w.onDelete(dir+"head2", 18) // a delete after the read's revision
+		if !w.setBlockers(map[string]int64{dir + "head2": 1}, 1, 16) {
+			t.Fatal("not admitted")
+		}
+		if got := w.unconfirmed(); got != 18 {
+			t.Fatalf("unconfirmed = %d; want 18, the delete seen past the read", got)
+		}
+	})
+}
+
+// The same race end to end: the waiter's own watch is held back (as a
+// watch whose events are still on their way would be) while its record is
+// deleted and then the holder ahead of it releases. The blocker's delete
+// arrives alone; the waiter must not hold a lock whose record is gone.
+func TestWaiterWhoseOwnDeleteIsLateIsNotAdmitted(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	h, err := holder.Acquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	type result struct {
+		l   *Lease
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "late")
+		res <- result{l, err}
+	}()
+	w, own := waitingBehind(t, c)
+	own.cancel() // its events stop here
+	if _, err := cli.Delete(ctx, w.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		if r.err == nil {
+			r.l.Release(ctx)
+			t.Fatal("Acquire returned a lease whose record was deleted before the holder ahead released")
+		}
+		if !errors.Is(r.err, ErrKeyDeleted) {
+			t.Fatalf("Acquire = %v; want ErrKeyDeleted", r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Acquire did not return")
+	}
+}
+
+// waitingBehind waits until c's one waiter watches the record it queues
+// behind, and returns it and the watch of its own record.
+func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		var w *waiter
+		for _, x := range c.waiters {
+			w = x
+		}
+		var block, own *keyWatch
+		if w != nil {
+			block, own = w.block, c.watches[w.key]
+		}
+		c.mu.Unlock()
+		if block != nil && own != nil {
+			select {
+			case <-block.created:
+				return w, own
+			default:
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no waiter watching its blocker")
+	return nil, nil
+}
