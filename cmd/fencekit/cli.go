@@ -69,7 +69,6 @@ var synopses = map[string]string{
 	"status":  "status [flags] [LOCK...]",
 	"ls":      "ls [flags]",
 	"release": "release --fence N [flags] LOCK",
-	"etcd":    "etcd [--data-dir DIR] [--listen HOST:PORT]",
 }
 
 var commands = []command{
@@ -77,7 +76,6 @@ var commands = []command{
 	{"status", synopses["status"], "show holders and waiters of locks", cmdStatus},
 	{"ls", synopses["ls"], "list the locks that are held or waited for", cmdLs},
 	{"release", synopses["release"], "break-glass: delete the holder's record if its fence is N", cmdRelease},
-	{"etcd", synopses["etcd"], "run a single-member embedded etcd for development", cmdEtcd},
 }
 
 // Main runs the fencekit command line with args (without the program name)

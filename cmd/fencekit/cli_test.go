@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -215,15 +214,4 @@ func TestReleaseFence(t *testing.T) {
 	waitEvent(t, out, "term", time.Second)
 	assert.Contains(t, p.stderr.String(), "lock record deleted")
 	requireFree(t, cl.Members[0].ClientURL, "migrate")
-}
-
-// TestEtcdCommand starts "fencekit etcd" and runs a command against it.
-func TestEtcdCommand(t *testing.T) {
-	client, peer := unusedAddr(t), unusedAddr(t)
-	srv := start(t, nil, "etcd", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", client, "--listen-peer", peer)
-	require.Eventually(t, func() bool { return strings.Contains(srv.stderr.String(), "serving on") }, 30*time.Second, 20*time.Millisecond, srv.stderr.String())
-	code, _, errOut := fk(t, nil, "run", "--endpoints", client, "demo", "--", "sh", "-c", `test -n "$FENCING_TOKEN" && test "$FENCEKIT_LOCK" = demo`)
-	require.Equal(t, 0, code, errOut)
-	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
-	assert.Equal(t, 0, srv.wait(t, 20*time.Second), srv.stderr.String())
 }

@@ -10,7 +10,6 @@
 //	fencekit status [--json] [LOCK...]
 //	fencekit ls [--json]
 //	fencekit release --fence N LOCK
-//	fencekit etcd [--data-dir DIR] [--listen 127.0.0.1:2379]
 //
 // Connection flags follow etcdctl: --endpoints, --cacert, --cert, --key,
 // --user (NAME or NAME:PASSWORD), --password, --dial-timeout,
@@ -92,8 +91,11 @@
 // transaction comparing its creation revision with N, and refuses when N is
 // not the current holder.
 //
-// # etcd
+// # A development etcd
 //
-// etcd runs a single-member embedded etcd (go.etcd.io/etcd/server/v3/embed)
-// for development and demos, on 127.0.0.1:2379 by default.
+// fencekit links etcd's client only. For local development and demos, the
+// integration module has a single-member etcd in one process:
+//
+//	go install github.com/fencekit/fencekit/integration/cmd/fencekit-dev-etcd@latest
+//	fencekit-dev-etcd --data-dir /tmp/fk.etcd &
 package main
