@@ -67,6 +67,7 @@ type runFlags struct {
 	wait     time.Duration
 	try      bool
 	grace    time.Duration
+	graceSet bool
 	progress time.Duration
 	verbose  bool
 }
@@ -84,9 +85,8 @@ func cmdRun(args []string, e *Env) int {
 	if err != nil {
 		return usageFail(e, "run", err)
 	}
-	graceSet := false
-	fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
-	if !graceSet {
+	fs.Visit(func(fl *flag.Flag) { f.graceSet = f.graceSet || fl.Name == "grace" })
+	if !f.graceSet {
 		f.grace = roundTTL(f.conn.ttl) / 10
 	}
 	if err := f.check(); err != nil {
@@ -137,6 +137,9 @@ func (f *runFlags) check() error {
 	}
 	ttl := roundTTL(f.conn.ttl)
 	if m := f.margin(); 2*m >= ttl {
+		if !f.graceSet {
+			return fmt.Errorf("--ttl %v is too short for run: its safety margin of %v (--grace, a tenth of the TTL, plus 250ms) must be less than half the TTL; use a longer --ttl", ttl, m)
+		}
 		return fmt.Errorf("--grace %v needs a safety margin of %v, which must be less than half the TTL %v: use a longer --ttl or a shorter --grace", f.grace, m, ttl)
 	}
 	return nil
@@ -227,7 +230,7 @@ func (f *runFlags) acquire(locks *lease.Client, lock string, sigc <-chan os.Sign
 			return nil, ExitNotAcquired
 		}
 		if err != nil {
-			return nil, fail(e, "run", exitCode(err), err)
+			return nil, fail(e, "run", exitCode(err), f.conn.explain(err))
 		}
 		return l, 0
 	}
@@ -266,7 +269,7 @@ func (f *runFlags) acquire(locks *lease.Client, lock string, sigc <-chan os.Sign
 				fmt.Fprintf(e.Stderr, "fencekit run: lock %q not acquired within %v (--wait); held%s\n", lock, f.wait, holderNote(locks, lock, f.conn.commandTimeout))
 				return nil, ExitNotAcquired
 			}
-			return nil, fail(e, "run", exitCode(r.err), r.err)
+			return nil, fail(e, "run", exitCode(r.err), f.conn.explain(r.err))
 		case s := <-sigc:
 			if sig == nil {
 				sig = s
