@@ -65,7 +65,7 @@ type command struct {
 
 // synopses are the usage lines of the subcommands, after "fencekit ".
 var synopses = map[string]string{
-	"run":     "run [flags] LOCK -- COMMAND [ARGS...]",
+	"run":     "run [flags] [-n N] LOCK -- COMMAND [ARGS...]",
 	"status":  "status [flags] [LOCK...]",
 	"ls":      "ls [flags]",
 	"release": "release --fence N [flags] LOCK",

@@ -6,7 +6,7 @@
 //
 // Subcommands:
 //
-//	fencekit run [--wait D | --try] [--grace D] LOCK -- COMMAND [ARGS...]
+//	fencekit run [--wait D | --try] [--grace D] [-n N] LOCK -- COMMAND [ARGS...]
 //	fencekit status [--json] [LOCK...]
 //	fencekit ls [--json]
 //	fencekit release --fence N LOCK
@@ -47,6 +47,12 @@
 // is stopped rather than dead, its other descendants too), and, off
 // Linux, processes that left the process group. Then run releases the
 // lease and checks the result.
+//
+// With -n N, run holds one of N permits of a semaphore called LOCK
+// (lease.Client.Semaphore: at most N runs at once, FIFO) instead of the
+// lock. A permit has no fencing token, so FENCING_TOKEN is not set;
+// FENCEKIT_PERMIT_REVISION (the permit record's creation revision, not a
+// fencing token) and FENCEKIT_PERMITS (N) are, with FENCEKIT_LOCK.
 //
 // run confirms the lease every quarter TTL and keeps a deadline (the TTL
 // from when the last confirmed renewal was sent, minus the safety margin);
