@@ -69,6 +69,9 @@ var synopses = map[string]string{
 	"status":  "status [flags] [LOCK...]",
 	"ls":      "ls [flags]",
 	"release": "release --fence N [flags] LOCK",
+	"elect":   "elect [flags] NAME [VALUE] -- COMMAND [ARGS...]",
+	"observe": "observe [--json] [flags] NAME",
+	"leader":  "leader [--json] [flags] NAME",
 }
 
 var commands = []command{
@@ -76,6 +79,9 @@ var commands = []command{
 	{"status", synopses["status"], "show holders and waiters of locks", cmdStatus},
 	{"ls", synopses["ls"], "list the locks that are held or waited for", cmdLs},
 	{"release", synopses["release"], "break-glass: delete the holder's record if its fence is N", cmdRelease},
+	{"elect", synopses["elect"], "campaign; run a command while leading, kill it if the term is lost", cmdElect},
+	{"observe", synopses["observe"], "print every change of an election's leader until interrupted", cmdObserve},
+	{"leader", synopses["leader"], "print an election's leader (exit 1 when none)", cmdLeader},
 }
 
 // Main runs the fencekit command line with args (without the program name)
@@ -107,7 +113,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  fencekit %-44s %s\n", c.synopsis, c.about)
+		fmt.Fprintf(w, "  fencekit %s\n      %s\n", c.synopsis, c.about)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'fencekit COMMAND --help' for a command's flags.")

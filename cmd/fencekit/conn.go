@@ -39,7 +39,7 @@ type connFlags struct {
 const connHelp = `Connection flags default to etcdctl's environment variables
 (ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER,
 ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT,
-ETCDCTL_INSECURE_SKIP_TLS_VERIFY); --prefix to FENCEKIT_PREFIX and (run)
+ETCDCTL_INSECURE_SKIP_TLS_VERIFY); --prefix to FENCEKIT_PREFIX and (run, elect)
 --ttl to FENCEKIT_TTL. With --user NAME and no password given, fencekit asks for it
 on the terminal.`
 

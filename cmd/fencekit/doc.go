@@ -10,6 +10,9 @@
 //	fencekit status [--json] [LOCK...]
 //	fencekit ls [--json]
 //	fencekit release --fence N LOCK
+//	fencekit elect [--wait D] [--grace D] NAME [VALUE] -- COMMAND [ARGS...]
+//	fencekit observe [--json] NAME
+//	fencekit leader [--json] NAME
 //
 // Connection flags follow etcdctl: --endpoints, --cacert, --cert, --key,
 // --user (NAME or NAME:PASSWORD), --password, --dial-timeout,
@@ -96,6 +99,15 @@
 // release --fence N LOCK deletes the holder's record in one etcd
 // transaction comparing its creation revision with N, and refuses when N is
 // not the current holder.
+//
+// # elect, observe and leader
+//
+// elect campaigns in election NAME (lease.Client.Election), publishing
+// VALUE, and runs COMMAND while it leads, as run does (killed when the term
+// is lost, exit 79), with the term's FENCING_TOKEN and FENCEKIT_ELECTION;
+// it resigns when the command exits. observe prints the leader and every
+// change of it until interrupted (exit 0); leader prints the current one,
+// or exits 1 when nobody leads.
 //
 // # A development etcd
 //
