@@ -72,6 +72,7 @@ var synopses = map[string]string{
 	"elect":   "elect [flags] NAME [VALUE] -- COMMAND [ARGS...]",
 	"observe": "observe [--json] [flags] NAME",
 	"leader":  "leader [--json] [flags] NAME",
+	"verify":  "verify [flags] TOKEN",
 }
 
 var commands = []command{
@@ -82,6 +83,7 @@ var commands = []command{
 	{"elect", synopses["elect"], "campaign; run a command while leading, kill it if the term is lost", cmdElect},
 	{"observe", synopses["observe"], "print every change of an election's leader until interrupted", cmdObserve},
 	{"leader", synopses["leader"], "print an election's leader (exit 1 when none)", cmdLeader},
+	{"verify", synopses["verify"], "is TOKEN (rev:lock) the current holder's fencing token? (exit 0 yes, 1 no)", cmdVerify},
 }
 
 // Main runs the fencekit command line with args (without the program name)

@@ -13,6 +13,7 @@
 //	fencekit elect [--wait D] [--grace D] NAME [VALUE] -- COMMAND [ARGS...]
 //	fencekit observe [--json] NAME
 //	fencekit leader [--json] NAME
+//	fencekit verify TOKEN
 //
 // Connection flags follow etcdctl: --endpoints, --cacert, --cert, --key,
 // --user (NAME or NAME:PASSWORD), --password, --dial-timeout,
@@ -108,6 +109,12 @@
 // it resigns when the command exits. observe prints the leader and every
 // change of it until interrupted (exit 0); leader prints the current one,
 // or exits 1 when nobody leads.
+//
+// # verify
+//
+// verify TOKEN checks with lease's Verifier whether TOKEN ("<rev>:<lock>")
+// is the fencing token of its lock's current holder: exit 0 yes, 1 no, 69
+// when etcd cannot answer, 64 when TOKEN is not a token's text form.
 //
 // # A development etcd
 //
