@@ -73,6 +73,7 @@ var synopses = map[string]string{
 	"observe": "observe [--json] [flags] NAME",
 	"leader":  "leader [--json] [flags] NAME",
 	"verify":  "verify [flags] TOKEN",
+	"mark":    "mark show|reset [--dsn DSN | --etcd-prefix P] [--old T --new T] RESOURCE",
 }
 
 var commands = []command{
@@ -83,6 +84,7 @@ var commands = []command{
 	{"elect", synopses["elect"], "campaign; run a command while leading, kill it if the term is lost", cmdElect},
 	{"observe", synopses["observe"], "print every change of an election's leader until interrupted", cmdObserve},
 	{"leader", synopses["leader"], "print an election's leader (exit 1 when none)", cmdLeader},
+	{"mark", synopses["mark"], "show a resource's mark; break-glass: reset it from exactly --old to --new", cmdMark},
 	{"verify", synopses["verify"], "is TOKEN (rev:lock) the current holder's fencing token? (exit 0 yes, 1 no)", cmdVerify},
 }
 

@@ -14,6 +14,8 @@
 //	fencekit observe [--json] NAME
 //	fencekit leader [--json] NAME
 //	fencekit verify TOKEN
+//	fencekit mark show [--dsn DSN | --etcd-prefix P] RESOURCE
+//	fencekit mark reset --old REV:LOCK --new REV:LOCK [--dsn DSN | --etcd-prefix P] RESOURCE
 //
 // Connection flags follow etcdctl: --endpoints, --cacert, --cert, --key,
 // --user (NAME or NAME:PASSWORD), --password, --dial-timeout,
@@ -115,6 +117,15 @@
 // verify TOKEN checks with lease's Verifier whether TOKEN ("<rev>:<lock>")
 // is the fencing token of its lock's current holder: exit 0 yes, 1 no, 69
 // when etcd cannot answer, 64 when TOKEN is not a token's text form.
+//
+// # mark
+//
+// mark show prints a fenced resource's mark, from sqlguard's fence table
+// (--dsn postgres://..., mysql://... or sqlite://PATH) or guard/etcdstore's
+// keys (--etcd-prefix); mark reset sets it from exactly --old to --new (of
+// the same lock) in one compare-and-set, and refuses otherwise (exit 1,
+// nothing changed). The build tags fencekit_nopostgres, fencekit_nomysql
+// and fencekit_nosqlite leave a database driver out.
 //
 // # A development etcd
 //
