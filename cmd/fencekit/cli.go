@@ -66,7 +66,7 @@ type command struct {
 // synopses are the usage lines of the subcommands, after "fencekit ".
 var synopses = map[string]string{
 	"run":     "run [flags] [-n N] LOCK -- COMMAND [ARGS...]",
-	"status":  "status [flags] [LOCK...]",
+	"status":  "status [--json] [--watch] [flags] [LOCK...]",
 	"ls":      "ls [flags]",
 	"release": "release --fence N [flags] LOCK",
 	"elect":   "elect [flags] NAME [VALUE] -- COMMAND [ARGS...]",

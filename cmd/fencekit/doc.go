@@ -7,7 +7,7 @@
 // Subcommands:
 //
 //	fencekit run [--wait D | --try] [--grace D] [-n N] LOCK -- COMMAND [ARGS...]
-//	fencekit status [--json] [LOCK...]
+//	fencekit status [--json] [--watch] [LOCK...]
 //	fencekit ls [--json]
 //	fencekit release --fence N LOCK
 //	fencekit elect [--wait D] [--grace D] NAME [VALUE] -- COMMAND [ARGS...]
@@ -95,7 +95,9 @@
 // token, owner digest (never the owner token), instance id, a lower bound
 // on when the record was written (the owner process's start, carried by its
 // owner token; etcd stores no times), hold count and session TTL left. ls
-// prints one line per lock. Both take --json.
+// prints one line per lock. Both take --json. status --watch prints again
+// at every change until interrupted: redrawn on a terminal, appended
+// otherwise.
 //
 // # release
 //
