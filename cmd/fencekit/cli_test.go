@@ -233,3 +233,23 @@ func TestTTLBelowServerMinimum(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, all, "nothing left behind")
 }
+
+// TestHelpExitCodes: every command's --help exits 0 and lists its exit
+// codes, including the usage error; the overview lists every code.
+func TestHelpExitCodes(t *testing.T) {
+	for _, c := range commands {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			code := Main([]string{c.name, "--help"}, &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }})
+			require.Equal(t, ExitOK, code, stderr.String())
+			assert.Contains(t, stdout.String(), "Usage: fencekit "+c.synopsis)
+			assert.Contains(t, stdout.String(), "Exit codes: ")
+			assert.Contains(t, stdout.String(), "64 usage error")
+		})
+	}
+	var stdout strings.Builder
+	require.Equal(t, ExitOK, Main([]string{"--help"}, &Env{Stdout: &stdout, Getenv: func(string) string { return "" }}))
+	for _, code := range []int{ExitRefused, ExitUsage, ExitConn, ExitSoftware, ExitNotAcquired, ExitServerTooOld, ExitLost, ExitCannotExec, ExitNotFound} {
+		assert.Regexp(t, `\b`+strconv.Itoa(code)+`\b`, stdout.String(), "overview lists exit code %d", code)
+	}
+}

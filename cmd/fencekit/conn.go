@@ -252,7 +252,9 @@ func readPassword(e *Env) (string, error) {
 //   - refused (1): a force release naming another holder (NotHolderError,
 //     which release reports before it gets here);
 //   - internal (70): the Client closed or a lease released under fencekit,
-//     or an election error; fencekit uses neither that way, so it is a bug;
+//     or no leader where one was expected (leader handles ErrNoLeader
+//     itself, as a "no"); fencekit uses none of these that way, so it is
+//     a bug;
 //   - a connection error (69): permission denied, an outcome unknown, and
 //     everything else (etcd's own errors, a deadline, a retryable failure).
 //

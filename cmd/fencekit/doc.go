@@ -69,22 +69,28 @@
 //
 // # Exit codes
 //
-//	0..255  run: the command's own exit code (128+N when signal N ended it)
-//	1       release: refused, N is not the current holder; nothing deleted
+//	0..255  run, elect: the command's own exit code (128+N when signal N
+//	        ended it)
+//	0       the other commands: done (verify: yes; observe and
+//	        status --watch: interrupted)
+//	1       a "no": release or mark reset refused (nothing deleted or
+//	        changed); leader: nobody leads; verify: the token is not
+//	        current; mark show: no mark
 //	64      usage error (bad flag, argument, lock name or TTL, or a lock
 //	        that others use as another kind of lock or a semaphore of
 //	        another size); nothing done, retrying the same way cannot help
-//	69      connection error: etcd unreachable within --dial-timeout, TLS,
-//	        authentication or permission refused, or an outcome unknown;
-//	        retrying may help
+//	69      connection error: etcd (or, for mark, the database)
+//	        unreachable within --dial-timeout, TLS, authentication or
+//	        permission refused, or an outcome unknown; retrying may help
 //	70      internal error: the lease library reported a state fencekit
 //	        never puts it in (a bug: report it)
-//	75      run: lock not acquired (held by anything, with --try; or --wait
-//	        ran out)
-//	79      run: lease lost; the command was killed (or had exited and the
-//	        release found the lease lost)
-//	126     run: the command could not be started
-//	127     run: the command was not found
+//	75      run, elect: not acquired (held by anything, with --try; or
+//	        --wait ran out)
+//	76      the etcd server is older than the supported floor
+//	79      run, elect: lease, permit or term lost; the command was killed
+//	        (or had exited and the release found it lost)
+//	126     run, elect: the command could not be started
+//	127     run, elect: the command was not found
 //
 // A command whose own exit code is one of these makes them ambiguous; check
 // stderr, where fencekit says why it exits.

@@ -31,7 +31,10 @@ connection error (etcd unreachable within --dial-timeout at the start;
 later, the watch retries); 76 etcd server older than the supported floor.`
 
 const lsHelp = `List the locks that are held or waited for, one line each: holder's fence,
-owner digest, hold count, session TTL left and the number of waiters.`
+owner digest, hold count, session TTL left and the number of waiters.
+
+Exit codes: 0 printed; 64 usage error; 69 connection error; 76 etcd server
+older than the supported floor.`
 
 // recordJSON is a lock record in "status --json" output.
 type recordJSON struct {
