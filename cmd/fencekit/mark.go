@@ -116,20 +116,28 @@ func (f *markFlags) check(pos []string) (op, resource string, old, next fence.To
 		return "", "", old, next, errors.New("reset needs --old (the mark as it is now, from 'mark show') and --new")
 	}
 	if op == "reset" {
-		if old, err = fence.Parse(f.old); err != nil {
-			return "", "", old, next, fmt.Errorf("--old: %w", err)
-		}
-		if next, err = fence.Parse(f.next); err != nil {
-			return "", "", old, next, fmt.Errorf("--new: %w", err)
-		}
-		if old.Lock != next.Lock {
-			return "", "", old, next, fmt.Errorf("--new %s is for lock %q, --old %s for lock %q: a mark stays bound to its lock", next, next.Lock, old, old.Lock)
+		if old, next, err = f.tokens(); err != nil {
+			return "", "", old, next, err
 		}
 	}
 	if f.etcdPrefix != "" {
 		return op, resource, old, next, f.conn.check()
 	}
 	return op, resource, old, next, nil
+}
+
+// tokens parses --old and --new, which must be for the same lock.
+func (f *markFlags) tokens() (old, next fence.Token, err error) {
+	if old, err = fence.Parse(f.old); err != nil {
+		return old, next, fmt.Errorf("--old: %w", err)
+	}
+	if next, err = fence.Parse(f.next); err != nil {
+		return old, next, fmt.Errorf("--new: %w", err)
+	}
+	if old.Lock != next.Lock {
+		return old, next, fmt.Errorf("--new %s is for lock %q, --old %s for lock %q: a mark stays bound to its lock", next, next.Lock, old, old.Lock)
+	}
+	return old, next, nil
 }
 
 // markStore is a store of marks: sqlguard's fence table or etcdstore.
