@@ -140,6 +140,5 @@
 // fencekit links etcd's client only. For local development and demos, the
 // integration module has a single-member etcd in one process:
 //
-//	go install github.com/fencekit/fencekit/integration/cmd/fencekit-dev-etcd@latest
-//	fencekit-dev-etcd --data-dir /tmp/fk.etcd &
+//	go run ./integration/cmd/fencekit-dev-etcd --data-dir /tmp/fk.etcd &  # in a checkout
 package main

@@ -1,8 +1,7 @@
 // Command fencekit-dev-etcd runs a single-member etcd inside one process,
 // for local development and demos of fencekit: no etcd binary needed.
 //
-//	go install github.com/fencekit/fencekit/integration/cmd/fencekit-dev-etcd@latest
-//	fencekit-dev-etcd --data-dir /tmp/fk.etcd &
+//	go run ./integration/cmd/fencekit-dev-etcd --data-dir /tmp/fk.etcd &  # in a checkout
 //	fencekit run demo -- sh -c 'echo "token: $FENCING_TOKEN"'
 //
 // It serves plain HTTP without authentication, so keep it on a loopback
