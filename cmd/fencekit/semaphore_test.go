@@ -28,7 +28,7 @@ func TestRunSemaphore(t *testing.T) {
 		out := filepath.Join(dir, strconv.Itoa(i))
 		outs = append(outs, out)
 		ps = append(ps, start(t, env, "run", "-n", "2", "--ttl", "2s", "reports", "--", "sh", "-c",
-			`echo "start $(date +%s%N) [$FENCING_TOKEN] $FENCEKIT_PERMIT_REVISION $FENCEKIT_PERMITS $FENCEKIT_LOCK" >"$0"; sleep 0.6; echo "end $(date +%s%N)" >>"$0"`, out))
+			`echo "start $(date +%s%N) [$FENCING_TOKEN] $FENCEKIT_PERMIT_REVISION $FENCEKIT_PERMITS $FENCEKIT_LOCK" >"$0"; sleep 1.5; echo "end $(date +%s%N)" >>"$0"`, out))
 	}
 	for _, p := range ps {
 		require.Equal(t, 0, p.wait(t, 30*time.Second), p.stderr.String())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,18 +33,23 @@ func TestStatusWatch(t *testing.T) {
 	la, err := a.Acquire(ctxT(t, 10*time.Second), "w")
 	require.NoError(t, err)
 	waitOut(t, plain, "w  holder  "+strconv.FormatInt(la.Fence().Revision, 10))
-	got := make(chan error, 1)
+	type acquired struct {
+		l   *lease.Lease
+		err error
+	}
+	got := make(chan acquired, 1)
 	go func() {
 		lb, err := b.Acquire(ctxT(t, 20*time.Second), "w")
-		if err == nil {
-			time.Sleep(300 * time.Millisecond)
-			err = lb.Release(ctxT(t, 5*time.Second))
-		}
-		got <- err
+		got <- acquired{lb, err}
 	}()
 	waitOut(t, plain, "waiter 1")
 	require.NoError(t, la.Release(ctxT(t, 5*time.Second)))
-	require.NoError(t, <-got)
+	r := <-got
+	require.NoError(t, r.err)
+	// Both watchers show b holding before it lets go.
+	waitOut(t, plain, "w  holder  "+strconv.FormatInt(r.l.Fence().Revision, 10))
+	waitOut(t, js, `"fence":`+strconv.FormatInt(r.l.Fence().Revision, 10))
+	require.NoError(t, r.l.Release(ctxT(t, 5*time.Second)))
 	require.Eventually(t, func() bool {
 		return strings.Count(plain.stdout.String(), "no lock is held") == 2
 	}, 10*time.Second, 10*time.Millisecond, "no final empty draw:\n%s", plain.stdout.String())
