@@ -179,3 +179,20 @@ func TestElectUsage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, all, "nothing written")
 }
+
+// TestElectStoppedChildKilled: while fencekit elect is stopped (SIGSTOP),
+// its watchdog kills the leader's command by the term's deadline, and
+// says so as elect's.
+func TestElectStoppedChildKilled(t *testing.T) {
+	cl := etcdtest.Start(t)
+	out := filepath.Join(t.TempDir(), "out")
+	p := start(t, append(endpointsEnv(cl), childEnv("loop", out)...), "elect", "--ttl", "2s", "--grace", "300ms", "solo", "--", testExe(t))
+	waitEvent(t, out, "start", 20*time.Second)
+	stopped := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	term := waitEvent(t, out, "term", 5*time.Second)
+	assert.Less(t, term.at.Sub(stopped), 2*time.Second, "command outlived the term's TTL")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	assert.Equal(t, ExitLost, p.wait(t, 20*time.Second), p.stderr.String())
+	assert.Contains(t, p.stderr.String(), "fencekit elect (watchdog)")
+}

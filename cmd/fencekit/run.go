@@ -522,7 +522,7 @@ func (f *runFlags) supervise(h *holding, cmdline []string, sigc <-chan os.Signal
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	wd, err := startWatchdog(pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
+	wd, err := startWatchdog(f.cmd, pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
 	skip := -1 // the watchdog, not the command's
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "fencekit %s: warning: %s: the command is not protected against fencekit itself being stopped\n", f.cmd, oneLine(err.Error()))
