@@ -13,8 +13,11 @@ import (
 const (
 	// ExitOK is success.
 	ExitOK = 0
-	// ExitRefused is "release --fence N" refusing because N is not the
-	// current holder (or the lock is free). Nothing was deleted.
+	// ExitRefused is a "no": "release --fence N" refusing because N is
+	// not the current holder (or the lock is free; nothing was deleted),
+	// "leader" finding nobody leading, "verify" finding the token not
+	// current, "mark show" finding no mark, "mark reset" refusing a mark
+	// that is not exactly --old (nothing changed).
 	ExitRefused = 1
 	// ExitUsage is a usage error: an unknown flag, a bad value, a missing
 	// argument, an invalid lock name, a TTL below etcd's minimum, or a lock
@@ -35,16 +38,18 @@ const (
 	// nothing was written, and retrying cannot help until the server is
 	// upgraded.
 	ExitServerTooOld = 76
-	// ExitNotAcquired is "run" not getting the lock: held (with --try) or
-	// still held when --wait ran out. The command was not started.
+	// ExitNotAcquired is "run" not getting the lock or permit: held (with
+	// --try) or still held when --wait ran out; or "elect" not leading
+	// when --wait ran out. The command was not started.
 	ExitNotAcquired = 75
-	// ExitLost is "run" losing the lease: the command was sent SIGTERM
-	// at once and SIGKILL after --grace, or, if it had already exited,
-	// the release found the lease lost.
+	// ExitLost is "run" or "elect" losing the lease, permit or term: the
+	// command was sent SIGTERM at once and SIGKILL after --grace, or, if
+	// it had already exited, the release found it lost.
 	ExitLost = 79
-	// ExitCannotExec is "run" finding the command but unable to start it.
+	// ExitCannotExec is "run" or "elect" finding the command but unable to
+	// start it.
 	ExitCannotExec = 126
-	// ExitNotFound is "run" not finding the command.
+	// ExitNotFound is "run" or "elect" not finding the command.
 	ExitNotFound = 127
 )
 
@@ -65,11 +70,15 @@ type command struct {
 
 // synopses are the usage lines of the subcommands, after "fencekit ".
 var synopses = map[string]string{
-	"run":     "run [flags] LOCK -- COMMAND [ARGS...]",
-	"status":  "status [flags] [LOCK...]",
+	"run":     "run [flags] [-n N] LOCK -- COMMAND [ARGS...]",
+	"status":  "status [--json] [--watch] [flags] [LOCK...]",
 	"ls":      "ls [flags]",
 	"release": "release --fence N [flags] LOCK",
-	"etcd":    "etcd [--data-dir DIR] [--listen HOST:PORT]",
+	"elect":   "elect [flags] NAME [VALUE] -- COMMAND [ARGS...]",
+	"observe": "observe [--json] [flags] NAME",
+	"leader":  "leader [--json] [flags] NAME",
+	"verify":  "verify [flags] TOKEN",
+	"mark":    "mark show|reset [--dsn DSN | --etcd-prefix P] [--old T --new T] RESOURCE",
 }
 
 var commands = []command{
@@ -77,7 +86,11 @@ var commands = []command{
 	{"status", synopses["status"], "show holders and waiters of locks", cmdStatus},
 	{"ls", synopses["ls"], "list the locks that are held or waited for", cmdLs},
 	{"release", synopses["release"], "break-glass: delete the holder's record if its fence is N", cmdRelease},
-	{"etcd", synopses["etcd"], "run a single-member embedded etcd for development", cmdEtcd},
+	{"elect", synopses["elect"], "campaign; run a command while leading, kill it if the term is lost", cmdElect},
+	{"observe", synopses["observe"], "print every change of an election's leader until interrupted", cmdObserve},
+	{"leader", synopses["leader"], "print an election's leader (exit 1 when none)", cmdLeader},
+	{"mark", synopses["mark"], "show a resource's mark; break-glass: reset it from exactly --old to --new", cmdMark},
+	{"verify", synopses["verify"], "is TOKEN (rev:lock) the current holder's fencing token? (exit 0 yes, 1 no)", cmdVerify},
 }
 
 // Main runs the fencekit command line with args (without the program name)
@@ -109,13 +122,15 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  fencekit %-44s %s\n", c.synopsis, c.about)
+		fmt.Fprintf(w, "  fencekit %s\n      %s\n", c.synopsis, c.about)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'fencekit COMMAND --help' for a command's flags.")
-	fmt.Fprintln(w, "Exit codes: 0 ok; 1 release refused; 64 usage error; 69 connection error;")
-	fmt.Fprintln(w, "75 lock not acquired; 79 lease lost (command killed); 126/127 command not")
-	fmt.Fprintln(w, "runnable/found; otherwise the command's own exit code.")
+	fmt.Fprintln(w, "Exit codes: 0 ok; 1 no (release or mark reset refused, no leader, token not")
+	fmt.Fprintln(w, "current, no mark); 64 usage error; 69 connection error; 70 internal error;")
+	fmt.Fprintln(w, "75 not acquired; 76 etcd server too old; 79 lease, permit or term lost")
+	fmt.Fprintln(w, "(command killed); 126/127 command not runnable/found; otherwise (run, elect)")
+	fmt.Fprintln(w, "the command's own exit code. Each command's --help lists its own.")
 }
 
 // flagSet is a subcommand's flags and help text.

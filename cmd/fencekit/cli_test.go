@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/etcdproc"
 	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
@@ -51,7 +51,12 @@ func TestExitCodes(t *testing.T) {
 		{"bad lock name", nil, []string{"run", "a/b", "--", "true"}, ExitUsage, "invalid lock name"},
 		{"try and wait", nil, []string{"run", "--try", "--wait", "1s", "x", "--", "true"}, ExitUsage, "exclude each other"},
 		{"grace too long", nil, []string{"run", "--ttl", "2s", "--grace", "2s", "x", "--", "true"}, ExitUsage, "--grace"},
-		{"ttl too long", nil, []string{"run", "--ttl", "2h", "x", "--", "true"}, ExitUsage, "TTL"},
+		{"ttl too long", nil, []string{"run", "--ttl", "2h", "x", "--", "true"}, ExitUsage, "--ttl 2h0m0s is above"},
+		{"ttl zero", nil, []string{"run", "--ttl", "0s", "x", "--", "true"}, ExitUsage, "--ttl 0s is below etcd's minimum lease TTL"},
+		{"ttl too short for the margin", []string{"FENCEKIT_TTL=1s"}, []string{"run", "--grace", "300ms", "x", "--", "true"}, ExitUsage, "--grace 300ms needs a safety margin"},
+		{"empty prefix", nil, []string{"ls", "--prefix", ""}, ExitUsage, "--prefix \"\""},
+		{"zero dial timeout", nil, []string{"ls", "--dial-timeout", "0s"}, ExitUsage, "--dial-timeout 0s must be positive"},
+		{"zero command timeout", nil, []string{"status", "--command-timeout", "0s"}, ExitUsage, "--command-timeout 0s must be positive"},
 		{"bad env", []string{"ETCDCTL_DIAL_TIMEOUT=soon"}, []string{"status"}, ExitUsage, "ETCDCTL_DIAL_TIMEOUT"},
 		{"unknown command", nil, []string{"lock", "x"}, ExitUsage, "unknown command"},
 		{"no command at all", nil, nil, ExitUsage, ""},
@@ -60,7 +65,6 @@ func TestExitCodes(t *testing.T) {
 		{"release without fence", nil, []string{"release", "x"}, ExitUsage, "--fence N is required"},
 		{"release wrong fence", nil, []string{"release", "--fence", "1", "held"}, ExitRefused, "refused"},
 		{"release free lock", nil, []string{"release", "--fence", "1", "free"}, ExitRefused, "is free"},
-		{"etcd bad listen", nil, []string{"etcd", "--listen", "nowhere"}, ExitUsage, "want HOST:PORT"},
 		{"run unreachable", []string{"ETCDCTL_ENDPOINTS=" + unreachable}, []string{"run", "--dial-timeout", "300ms", "x", "--", "true"}, ExitConn, "did not answer within 300ms"},
 		{"status unreachable", nil, []string{"status", "--endpoints", unreachable, "--dial-timeout", "300ms"}, ExitConn, "did not answer"},
 		{"release unreachable", nil, []string{"release", "--endpoints", unreachable, "--dial-timeout", "300ms", "--fence", "3", "x"}, ExitConn, "did not answer"},
@@ -217,13 +221,35 @@ func TestReleaseFence(t *testing.T) {
 	requireFree(t, cl.Members[0].ClientURL, "migrate")
 }
 
-// TestEtcdCommand starts "fencekit etcd" and runs a command against it.
-func TestEtcdCommand(t *testing.T) {
-	client, peer := unusedAddr(t), unusedAddr(t)
-	srv := start(t, nil, "etcd", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", client, "--listen-peer", peer)
-	require.Eventually(t, func() bool { return strings.Contains(srv.stderr.String(), "serving on") }, 30*time.Second, 20*time.Millisecond, srv.stderr.String())
-	code, _, errOut := fk(t, nil, "run", "--endpoints", client, "demo", "--", "sh", "-c", `test -n "$FENCING_TOKEN" && test "$FENCEKIT_LOCK" = demo`)
-	require.Equal(t, 0, code, errOut)
-	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
-	assert.Equal(t, 0, srv.wait(t, 20*time.Second), srv.stderr.String())
+// TestTTLBelowServerMinimum: on an etcd with its default election timeout
+// (1 s: a 2 s lease minimum), "run --ttl 1s" says --ttl is below the
+// server's minimum, exits 64, and leaves nothing behind.
+func TestTTLBelowServerMinimum(t *testing.T) {
+	cl := etcdtest.StartConfig(t, etcdproc.Config{Members: 1, NoFsync: true, TickInterval: 100 * time.Millisecond, ElectionTimeout: time.Second})
+	code, _, errOut := fk(t, endpointsEnv(cl), "run", "--ttl", "1s", "x", "--", "true")
+	assert.Equal(t, ExitUsage, code, errOut)
+	requireOneLine(t, errOut, "--ttl 1s is below this etcd's minimum lease TTL")
+	all, err := newLocks(t, cl).InspectAll(ctxT(t, 5*time.Second))
+	require.NoError(t, err)
+	assert.Empty(t, all, "nothing left behind")
+}
+
+// TestHelpExitCodes: every command's --help exits 0 and lists its exit
+// codes, including the usage error; the overview lists every code.
+func TestHelpExitCodes(t *testing.T) {
+	for _, c := range commands {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			code := Main([]string{c.name, "--help"}, &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }})
+			require.Equal(t, ExitOK, code, stderr.String())
+			assert.Contains(t, stdout.String(), "Usage: fencekit "+c.synopsis)
+			assert.Contains(t, stdout.String(), "Exit codes: ")
+			assert.Contains(t, stdout.String(), "64 usage error")
+		})
+	}
+	var stdout strings.Builder
+	require.Equal(t, ExitOK, Main([]string{"--help"}, &Env{Stdout: &stdout, Getenv: func(string) string { return "" }}))
+	for _, code := range []int{ExitRefused, ExitUsage, ExitConn, ExitSoftware, ExitNotAcquired, ExitServerTooOld, ExitLost, ExitCannotExec, ExitNotFound} {
+		assert.Regexp(t, `\b`+strconv.Itoa(code)+`\b`, stdout.String(), "overview lists exit code %d", code)
+	}
 }

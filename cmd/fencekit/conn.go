@@ -30,6 +30,7 @@ type connFlags struct {
 	commandTimeout time.Duration
 	prefix         string
 	ttl            time.Duration
+	withTTL        bool // the command takes --ttl
 
 	envErr error               // a bad value in the environment, reported after parsing
 	getenv func(string) string // for the credentials, read after parsing
@@ -38,7 +39,7 @@ type connFlags struct {
 const connHelp = `Connection flags default to etcdctl's environment variables
 (ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER,
 ETCDCTL_PASSWORD, ETCDCTL_DIAL_TIMEOUT, ETCDCTL_COMMAND_TIMEOUT,
-ETCDCTL_INSECURE_SKIP_TLS_VERIFY); --prefix to FENCEKIT_PREFIX and (run)
+ETCDCTL_INSECURE_SKIP_TLS_VERIFY); --prefix to FENCEKIT_PREFIX and (run, elect)
 --ttl to FENCEKIT_TTL. With --user NAME and no password given, fencekit asks for it
 on the terminal.`
 
@@ -82,6 +83,7 @@ func (c *connFlags) register(fs *flagSet, getenv func(string) string, withTTL bo
 	dur(&c.dialTimeout, "dial-timeout", "ETCDCTL_DIAL_TIMEOUT", 2*time.Second, "how long to wait for etcd to answer the first request")
 	dur(&c.commandTimeout, "command-timeout", "ETCDCTL_COMMAND_TIMEOUT", 5*time.Second, "bound on each request after the first")
 	str(&c.prefix, "prefix", "FENCEKIT_PREFIX", lease.DefaultPrefix, "etcd key prefix of the lock records")
+	c.withTTL = withTTL
 	if withTTL {
 		dur(&c.ttl, "ttl", "FENCEKIT_TTL", lease.DefaultTTL, "session TTL, rounded up to whole seconds: how long a crashed holder blocks others")
 	}
@@ -101,11 +103,8 @@ func (c *connFlags) check() error {
 	if len(c.endpointList()) == 0 {
 		return errors.New("--endpoints is empty")
 	}
-	if c.dialTimeout <= 0 || c.commandTimeout <= 0 {
-		return errors.New("--dial-timeout and --command-timeout must be positive")
-	}
-	if (c.cert == "") != (c.key == "") {
-		return errors.New("--cert and --key go together")
+	if err := c.checkValues(); err != nil {
+		return err
 	}
 	// New does no I/O: it only validates the options.
 	locks, err := lease.New(&clientv3.Client{}, c.options()...)
@@ -113,6 +112,37 @@ func (c *connFlags) check() error {
 		return err
 	}
 	return locks.Close()
+}
+
+// checkValues names the flag of a value out of range.
+func (c *connFlags) checkValues() error {
+	switch {
+	case c.dialTimeout <= 0:
+		return fmt.Errorf("--dial-timeout %v must be positive", c.dialTimeout)
+	case c.commandTimeout <= 0:
+		return fmt.Errorf("--command-timeout %v must be positive", c.commandTimeout)
+	case (c.cert == "") != (c.key == ""):
+		return errors.New("--cert and --key go together")
+	case c.prefix == "" || c.prefix == "/":
+		return fmt.Errorf("--prefix %q: want a key prefix such as %q", c.prefix, lease.DefaultPrefix)
+	case !c.withTTL:
+		return nil
+	case c.ttl < time.Second:
+		return fmt.Errorf("--ttl %v is below etcd's minimum lease TTL (1.5 election timeouts: 2s with etcd's default settings)", c.ttl)
+	case c.ttl > time.Hour:
+		return fmt.Errorf("--ttl %v is above the 1h fencekit allows", c.ttl)
+	}
+	return nil
+}
+
+// explain rewords an error of the lease package that a flag caused so
+// that it names the flag; other errors are returned as they are.
+func (c *connFlags) explain(err error) error {
+	if errors.Is(err, lease.ErrTTLTooShort) {
+		return fmt.Errorf("--ttl %v is below this etcd's minimum lease TTL (1.5 election timeouts: 2s with etcd's default settings): use a longer --ttl: %w",
+			roundTTL(c.ttl), lease.ErrTTLTooShort)
+	}
+	return err
 }
 
 func (c *connFlags) endpointList() []string {
@@ -222,7 +252,9 @@ func readPassword(e *Env) (string, error) {
 //   - refused (1): a force release naming another holder (NotHolderError,
 //     which release reports before it gets here);
 //   - internal (70): the Client closed or a lease released under fencekit,
-//     or an election error; fencekit uses neither that way, so it is a bug;
+//     or no leader where one was expected (leader handles ErrNoLeader
+//     itself, as a "no"); fencekit uses none of these that way, so it is
+//     a bug;
 //   - a connection error (69): permission denied, an outcome unknown, and
 //     everything else (etcd's own errors, a deadline, a retryable failure).
 //

@@ -6,11 +6,16 @@
 //
 // Subcommands:
 //
-//	fencekit run [--wait D | --try] [--grace D] LOCK -- COMMAND [ARGS...]
-//	fencekit status [--json] [LOCK...]
+//	fencekit run [--wait D | --try] [--grace D] [-n N] LOCK -- COMMAND [ARGS...]
+//	fencekit status [--json] [--watch] [LOCK...]
 //	fencekit ls [--json]
 //	fencekit release --fence N LOCK
-//	fencekit etcd [--data-dir DIR] [--listen 127.0.0.1:2379]
+//	fencekit elect [--wait D] [--grace D] NAME [VALUE] -- COMMAND [ARGS...]
+//	fencekit observe [--json] NAME
+//	fencekit leader [--json] NAME
+//	fencekit verify TOKEN
+//	fencekit mark show [--dsn DSN | --etcd-prefix P] RESOURCE
+//	fencekit mark reset --old REV:LOCK --new REV:LOCK [--dsn DSN | --etcd-prefix P] RESOURCE
 //
 // Connection flags follow etcdctl: --endpoints, --cacert, --cert, --key,
 // --user (NAME or NAME:PASSWORD), --password, --dial-timeout,
@@ -49,6 +54,12 @@
 // Linux, processes that left the process group. Then run releases the
 // lease and checks the result.
 //
+// With -n N, run holds one of N permits of a semaphore called LOCK
+// (lease.Client.Semaphore: at most N runs at once, FIFO) instead of the
+// lock. A permit has no fencing token, so FENCING_TOKEN is not set;
+// FENCEKIT_PERMIT_REVISION (the permit record's creation revision, not a
+// fencing token) and FENCEKIT_PERMITS (N) are, with FENCEKIT_LOCK.
+//
 // run confirms the lease every quarter TTL and keeps a deadline (the TTL
 // from when the last confirmed renewal was sent, minus the safety margin);
 // a watchdog process it starts next to the command holds the same deadline,
@@ -58,22 +69,28 @@
 //
 // # Exit codes
 //
-//	0..255  run: the command's own exit code (128+N when signal N ended it)
-//	1       release: refused, N is not the current holder; nothing deleted
+//	0..255  run, elect: the command's own exit code (128+N when signal N
+//	        ended it)
+//	0       the other commands: done (verify: yes; observe and
+//	        status --watch: interrupted)
+//	1       a "no": release or mark reset refused (nothing deleted or
+//	        changed); leader: nobody leads; verify: the token is not
+//	        current; mark show: no mark
 //	64      usage error (bad flag, argument, lock name or TTL, or a lock
 //	        that others use as another kind of lock or a semaphore of
 //	        another size); nothing done, retrying the same way cannot help
-//	69      connection error: etcd unreachable within --dial-timeout, TLS,
-//	        authentication or permission refused, or an outcome unknown;
-//	        retrying may help
+//	69      connection error: etcd (or, for mark, the database)
+//	        unreachable within --dial-timeout, TLS, authentication or
+//	        permission refused, or an outcome unknown; retrying may help
 //	70      internal error: the lease library reported a state fencekit
 //	        never puts it in (a bug: report it)
-//	75      run: lock not acquired (held by anything, with --try; or --wait
-//	        ran out)
-//	79      run: lease lost; the command was killed (or had exited and the
-//	        release found the lease lost)
-//	126     run: the command could not be started
-//	127     run: the command was not found
+//	75      run, elect: not acquired (held by anything, with --try; or
+//	        --wait ran out)
+//	76      the etcd server is older than the supported floor
+//	79      run, elect: lease, permit or term lost; the command was killed
+//	        (or had exited and the release found it lost)
+//	126     run, elect: the command could not be started
+//	127     run, elect: the command was not found
 //
 // A command whose own exit code is one of these makes them ambiguous; check
 // stderr, where fencekit says why it exits.
@@ -84,7 +101,9 @@
 // token, owner digest (never the owner token), instance id, a lower bound
 // on when the record was written (the owner process's start, carried by its
 // owner token; etcd stores no times), hold count and session TTL left. ls
-// prints one line per lock. Both take --json.
+// prints one line per lock. Both take --json. status --watch prints again
+// at every change until interrupted: redrawn on a terminal, appended
+// otherwise.
 //
 // # release
 //
@@ -92,8 +111,34 @@
 // transaction comparing its creation revision with N, and refuses when N is
 // not the current holder.
 //
-// # etcd
+// # elect, observe and leader
 //
-// etcd runs a single-member embedded etcd (go.etcd.io/etcd/server/v3/embed)
-// for development and demos, on 127.0.0.1:2379 by default.
+// elect campaigns in election NAME (lease.Client.Election), publishing
+// VALUE, and runs COMMAND while it leads, as run does (killed when the term
+// is lost, exit 79), with the term's FENCING_TOKEN and FENCEKIT_ELECTION;
+// it resigns when the command exits. observe prints the leader and every
+// change of it until interrupted (exit 0); leader prints the current one,
+// or exits 1 when nobody leads.
+//
+// # verify
+//
+// verify TOKEN checks with lease's Verifier whether TOKEN ("<rev>:<lock>")
+// is the fencing token of its lock's current holder: exit 0 yes, 1 no, 69
+// when etcd cannot answer, 64 when TOKEN is not a token's text form.
+//
+// # mark
+//
+// mark show prints a fenced resource's mark, from sqlguard's fence table
+// (--dsn postgres://..., mysql://... or sqlite://PATH) or guard/etcdstore's
+// keys (--etcd-prefix); mark reset sets it from exactly --old to --new (of
+// the same lock) in one compare-and-set, and refuses otherwise (exit 1,
+// nothing changed). The build tags fencekit_nopostgres, fencekit_nomysql
+// and fencekit_nosqlite leave a database driver out.
+//
+// # A development etcd
+//
+// fencekit links etcd's client only. For local development and demos, the
+// integration module has a single-member etcd in one process:
+//
+//	go run ./integration/cmd/fencekit-dev-etcd --data-dir /tmp/fk.etcd &  # in a checkout
 package main

@@ -53,6 +53,17 @@ itself killed (the watchdog then kills the process group only), and, off
 Linux, processes that left the process group. Then the lease is
 released and the result checked.
 
+With -n N, the command runs under one of N permits of a semaphore called
+LOCK (lease.Client.Semaphore: the same records, FIFO across processes, at
+most N holders at once), for "no more than N of these jobs at a time".
+Every run of it must use the same N; LOCK used by others as a lock, or
+with another N, is refused (64). A permit has no fencing token (several
+holders hold it at once, so "newest token wins" would refuse the older,
+still valid ones): FENCING_TOKEN is not set. FENCEKIT_PERMIT_REVISION
+(the permit record's etcd creation revision, which is not a fencing token)
+and FENCEKIT_PERMITS (N) are set instead, with FENCEKIT_LOCK. Loss, signals,
+--try, --wait and the watchdog work as for a lock.
+
 Exit codes: the command's own code (128+N if signal N ended it); 75 not
 acquired (held by anything with --try, or --wait ran out); 79 lease lost
 (command killed, or the release found it lost); 64 usage error (including
@@ -63,18 +74,24 @@ authentication or permission refused, outcome unknown: retrying may help);
 floor; 126 command not runnable; 127 command not found.`
 
 type runFlags struct {
-	conn     connFlags
-	wait     time.Duration
-	try      bool
-	grace    time.Duration
-	progress time.Duration
-	verbose  bool
+	cmd        string // "run" or "elect", for messages
+	conn       connFlags
+	permits    int           // -n: a semaphore of this many permits; 0 for a lock
+	locks      *lease.Client // set once connected
+	wait       time.Duration
+	try        bool
+	grace      time.Duration
+	graceSet   bool
+	permitsSet bool
+	progress   time.Duration
+	verbose    bool
 }
 
 func cmdRun(args []string, e *Env) int {
-	var f runFlags
+	f := runFlags{cmd: "run"}
 	fs := newFlagSet("run", runHelp+"\n\n"+connHelp)
 	f.conn.register(fs, e.Getenv, true)
+	fs.IntVar(&f.permits, "n", 0, "run under one of N permits of a semaphore called LOCK (at most N such runs at once; no FENCING_TOKEN) instead of the lock LOCK")
 	fs.DurationVar(&f.wait, "wait", 0, "give up when the lock is not acquired within this time (0: wait forever)")
 	fs.BoolVar(&f.try, "try", false, "give up at once when the lock is held or waited for")
 	fs.DurationVar(&f.grace, "grace", 0, "after SIGTERM on lease loss, wait this long before SIGKILL (default: a tenth of the TTL)")
@@ -84,9 +101,11 @@ func cmdRun(args []string, e *Env) int {
 	if err != nil {
 		return usageFail(e, "run", err)
 	}
-	graceSet := false
-	fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
-	if !graceSet {
+	fs.Visit(func(fl *flag.Flag) {
+		f.graceSet = f.graceSet || fl.Name == "grace"
+		f.permitsSet = f.permitsSet || fl.Name == "n"
+	})
+	if !f.graceSet {
 		f.grace = roundTTL(f.conn.ttl) / 10
 	}
 	if err := f.check(); err != nil {
@@ -129,14 +148,19 @@ func (f *runFlags) check() error {
 	case f.try && f.wait != 0:
 		return errors.New("--try and --wait exclude each other")
 	case f.wait < 0:
-		return errors.New("--wait must not be negative")
+		return fmt.Errorf("--wait %v must not be negative", f.wait)
 	case f.grace < 0:
-		return errors.New("--grace must not be negative")
+		return fmt.Errorf("--grace %v must not be negative", f.grace)
 	case f.progress < 0:
-		return errors.New("--progress must not be negative")
+		return fmt.Errorf("--progress %v must not be negative", f.progress)
+	case f.permitsSet && (f.permits < 1 || f.permits > lease.MaxPermits):
+		return fmt.Errorf("-n %d: want 1..%d permits (or no -n for a lock)", f.permits, lease.MaxPermits)
 	}
 	ttl := roundTTL(f.conn.ttl)
 	if m := f.margin(); 2*m >= ttl {
+		if !f.graceSet {
+			return fmt.Errorf("--ttl %v is too short for run: its safety margin of %v (--grace, a tenth of the TTL, plus 250ms) must be less than half the TTL; use a longer --ttl", ttl, m)
+		}
 		return fmt.Errorf("--grace %v needs a safety margin of %v, which must be less than half the TTL %v: use a longer --ttl or a shorter --grace", f.grace, m, ttl)
 	}
 	return nil
@@ -166,70 +190,151 @@ func (f *runFlags) run(lock string, cmdline []string, e *Env) int {
 
 	cli, err := f.conn.connect(e)
 	if err != nil {
-		return fail(e, "run", ExitConn, err)
+		return fail(e, f.cmd, ExitConn, err)
 	}
 	defer cli.Close()
 	locks, err := lease.New(cli, f.conn.options(lease.WithSafetyMargin(f.margin()))...)
 	if err != nil {
-		return fail(e, "run", ExitUsage, err)
+		return fail(e, f.cmd, ExitUsage, err)
 	}
 	defer locks.Close()
+	f.locks = locks
 
-	l, code := f.acquire(locks, lock, sigc, e)
-	if l == nil {
+	acq, err := f.acquirer(locks, lock)
+	if err != nil {
+		return fail(e, f.cmd, exitCode(err), err)
+	}
+	h, code := f.acquire(acq, lock, sigc, e)
+	if h == nil {
 		return code
 	}
+	return f.hold(locks, h, cmdline, sigc, e)
+}
+
+// hold runs the command under h, then releases h, and returns the exit
+// code.
+func (f *runFlags) hold(locks *lease.Client, h *holding, cmdline []string, sigc <-chan os.Signal, e *Env) int {
 	if f.verbose {
-		fmt.Fprintf(e.Stderr, "fencekit run: acquired %q, fencing token %s\n", lock, l.Fence())
+		fmt.Fprintf(e.Stderr, "fencekit %s: acquired %q, %s\n", f.cmd, h.name, h.desc)
 	}
-	code, lost := f.supervise(l, cmdline, sigc, e)
+	code, lost := f.supervise(h, cmdline, sigc, e)
 	if lost {
 		return ExitLost // reported by supervise
 	}
-	if err := l.Err(); err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d; the lease on %q was lost before it was released: %s\n", code, lock, lossCause(err))
+	if err := h.Err(); err != nil {
+		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d; the %s on %q was lost before it was released: %s\n", f.cmd, code, h.what, h.name, lossCause(err))
 		return ExitLost
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	err = l.Release(ctx)
+	err := h.Release(ctx)
 	switch {
 	case err == nil:
 		if f.verbose {
-			fmt.Fprintf(e.Stderr, "fencekit run: released %q (fence %d)\n", lock, l.Fence().Revision)
+			fmt.Fprintf(e.Stderr, "fencekit %s: released %q (%s)\n", f.cmd, h.name, h.desc)
 		}
 		return code
 	case errors.Is(err, lease.ErrNotOwner), errors.Is(err, lease.ErrNotFound), errors.Is(err, lease.ErrLost):
-		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but the lease had been lost: %s\n", code, oneLine(err.Error()))
+		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d, but the %s had been lost: %s\n", f.cmd, code, h.what, oneLine(err.Error()))
 		return ExitLost
 	}
 	// Outcome unknown: closing the Client revokes the session, which
 	// deletes the record.
 	if cerr := locks.Close(); cerr != nil {
-		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d; release outcome unknown (%s), and revoking the session failed (%s): the record goes when the session expires\n",
-			code, oneLine(err.Error()), oneLine(cerr.Error()))
+		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d; release outcome unknown (%s), and revoking the session failed (%s): the record goes when the session expires\n",
+			f.cmd, code, oneLine(err.Error()), oneLine(cerr.Error()))
 		return ExitConn
 	}
 	return code
 }
 
+// held is what a run holds while its command runs: a *lease.Lease, a
+// *lease.Permit (run -n) or an election term (elect).
+type held interface {
+	Renew(ctx context.Context) error
+	Release(ctx context.Context) error
+	Done() <-chan struct{}
+	Err() error
+}
+
+// holding is a held lock with what the command and the messages say of it.
+type holding struct {
+	held
+	name string   // the lock's or election's name
+	what string   // "lease", "permit" or "term", for messages
+	desc string   // its token, for messages
+	env  []string // variables the command gets
+}
+
+// envVars are the variables fencekit sets for the command; it removes
+// them from what it inherits first, so that an outer run's token never
+// reaches an inner command.
+var envVars = []string{"FENCING_TOKEN", "FENCEKIT_LOCK", "FENCEKIT_PERMIT_REVISION", "FENCEKIT_PERMITS", "FENCEKIT_ELECTION"}
+
+func leaseHolding(l *lease.Lease) *holding {
+	return &holding{held: l, name: l.Name(), what: "lease", desc: "fencing token " + l.Fence().String(),
+		env: []string{"FENCING_TOKEN=" + l.Fence().String(), "FENCEKIT_LOCK=" + l.Name()}}
+}
+
+func permitHolding(p *lease.Permit, n int) *holding {
+	rev := strconv.FormatInt(p.Revision(), 10)
+	return &holding{held: p, name: p.Name(), what: "permit", desc: fmt.Sprintf("permit revision %s of %d (no fencing token)", rev, n),
+		env: []string{"FENCEKIT_LOCK=" + p.Name(), "FENCEKIT_PERMIT_REVISION=" + rev, "FENCEKIT_PERMITS=" + strconv.Itoa(n)}}
+}
+
+// acquirer is how run waits for its lock: take it if free, or wait.
+type acquirer struct {
+	try, wait func(ctx context.Context) (*holding, error)
+}
+
+// acquirer returns the acquirer of lock: a lease, or with -n a permit.
+func (f *runFlags) acquirer(locks *lease.Client, lock string) (acquirer, error) {
+	if f.permits == 0 {
+		return acquirer{
+			try:  func(ctx context.Context) (*holding, error) { return wrapHeld(locks.TryAcquire(ctx, lock)) },
+			wait: func(ctx context.Context) (*holding, error) { return wrapHeld(locks.Acquire(ctx, lock)) },
+		}, nil
+	}
+	sem, err := locks.Semaphore(lock, f.permits)
+	if err != nil {
+		return acquirer{}, err
+	}
+	permit := func(p *lease.Permit, err error) (*holding, error) {
+		if err != nil {
+			return nil, err
+		}
+		return permitHolding(p, f.permits), nil
+	}
+	return acquirer{
+		try:  func(ctx context.Context) (*holding, error) { return permit(sem.TryAcquire(ctx)) },
+		wait: func(ctx context.Context) (*holding, error) { return permit(sem.Acquire(ctx)) },
+	}, nil
+}
+
+func wrapHeld(l *lease.Lease, err error) (*holding, error) {
+	if err != nil {
+		return nil, err
+	}
+	return leaseHolding(l), nil
+}
+
 // acquire takes the lock, printing progress while it waits. On failure it
-// returns a nil lease and the exit code.
-func (f *runFlags) acquire(locks *lease.Client, lock string, sigc <-chan os.Signal, e *Env) (*lease.Lease, int) {
+// returns nil and the exit code.
+func (f *runFlags) acquire(acq acquirer, lock string, sigc <-chan os.Signal, e *Env) (*holding, int) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	if f.try {
 		tctx, tcancel := context.WithTimeout(ctx, f.conn.commandTimeout)
 		defer tcancel()
-		l, err := locks.TryAcquire(tctx, lock)
+		h, err := acq.try(tctx)
 		if errors.Is(err, lease.ErrHeld) {
-			fmt.Fprintf(e.Stderr, "fencekit run: lock %q is held%s; not waiting (--try)\n", lock, holderNote(locks, lock, f.conn.commandTimeout))
+			fmt.Fprintf(e.Stderr, "fencekit %s: %s %q is held%s; not waiting (--try)\n", f.cmd, f.noun(), lock, f.note(lock))
 			return nil, ExitNotAcquired
 		}
 		if err != nil {
-			return nil, fail(e, "run", exitCode(err), err)
+			return nil, fail(e, f.cmd, exitCode(err), f.explain(err))
 		}
-		return l, 0
+		return h, 0
 	}
 	if f.wait > 0 {
 		var wcancel context.CancelFunc
@@ -237,13 +342,13 @@ func (f *runFlags) acquire(locks *lease.Client, lock string, sigc <-chan os.Sign
 		defer wcancel()
 	}
 	type result struct {
-		l   *lease.Lease
+		h   *holding
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := locks.Acquire(ctx, lock)
-		done <- result{l, err}
+		h, err := acq.wait(ctx)
+		done <- result{h, err}
 	}()
 	start := time.Now()
 	var tick <-chan time.Time
@@ -258,24 +363,43 @@ func (f *runFlags) acquire(locks *lease.Client, lock string, sigc <-chan os.Sign
 		case r := <-done:
 			switch {
 			case r.err == nil:
-				return r.l, 0
+				return r.h, 0
 			case sig != nil:
-				fmt.Fprintf(e.Stderr, "fencekit run: %v while waiting for lock %q; not acquired\n", sig, lock)
+				fmt.Fprintf(e.Stderr, "fencekit %s: %v while waiting for %s %q; not acquired\n", f.cmd, sig, f.noun(), lock)
 				return nil, 128 + int(sig.(syscall.Signal))
 			case errors.Is(r.err, errWaitTimeout):
-				fmt.Fprintf(e.Stderr, "fencekit run: lock %q not acquired within %v (--wait); held%s\n", lock, f.wait, holderNote(locks, lock, f.conn.commandTimeout))
+				fmt.Fprintf(e.Stderr, "fencekit %s: %s %q not acquired within %v (--wait); held%s\n", f.cmd, f.noun(), lock, f.wait, f.note(lock))
 				return nil, ExitNotAcquired
 			}
-			return nil, fail(e, "run", exitCode(r.err), r.err)
+			return nil, fail(e, f.cmd, exitCode(r.err), f.explain(r.err))
 		case s := <-sigc:
 			if sig == nil {
 				sig = s
 				cancel(errInterrupted)
 			}
 		case <-tick:
-			fmt.Fprintf(e.Stderr, "fencekit run: waiting for lock %q for %v%s\n", lock, time.Since(start).Round(100*time.Millisecond), queueNote(locks, lock, f.conn.commandTimeout))
+			fmt.Fprintf(e.Stderr, "fencekit %s: waiting for %s %q for %v%s\n", f.cmd, f.noun(), lock, time.Since(start).Round(100*time.Millisecond), f.queueNote(lock))
 		}
 	}
+}
+
+// explain rewords an error that a flag caused so that it names the flag.
+func (f *runFlags) explain(err error) error {
+	if errors.Is(err, lease.ErrMismatch) && f.cmd == "run" {
+		return fmt.Errorf("%w (-n must match what the others use: none for a lock, the same N for a semaphore)", err)
+	}
+	return f.conn.explain(err)
+}
+
+// noun names what run waits for, in messages.
+func (f *runFlags) noun() string {
+	switch {
+	case f.cmd == "elect":
+		return "election"
+	case f.permits > 0:
+		return "semaphore"
+	}
+	return "lock"
 }
 
 var (
@@ -283,24 +407,41 @@ var (
 	errInterrupted = errors.New("interrupted")
 )
 
-// holderNote describes the lock's holder for a message, or returns "".
-func holderNote(locks *lease.Client, lock string, timeout time.Duration) string {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// note describes who holds lock for a message, or returns "".
+func (f *runFlags) note(lock string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	st, err := locks.Inspect(ctx, lock)
+	st, err := f.locks.Inspect(ctx, lock)
 	if err != nil || st.Holder == nil {
 		return ""
+	}
+	if f.permits > 0 {
+		return fmt.Sprintf(" (%d of %d permits held)", holders(st), f.permits)
 	}
 	h := st.Holder
 	return fmt.Sprintf(" by fence %d (owner %s on %s)", h.Fence.Revision, h.OwnerDigest, orDash(h.Instance))
 }
 
+// holders counts the records of st that hold it.
+func holders(st *lease.LockState) int {
+	n := 0
+	if st.Holder != nil {
+		n++
+	}
+	for _, w := range st.Waiters {
+		if w.Held {
+			n++
+		}
+	}
+	return n
+}
+
 // queueNote gives this process's position in the lock's queue, found by
 // its owner tokens' instance id and process-start epoch.
-func queueNote(locks *lease.Client, lock string, timeout time.Duration) string {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+func (f *runFlags) queueNote(lock string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	st, err := locks.Inspect(ctx, lock)
+	st, err := f.locks.Inspect(ctx, lock)
 	if err != nil {
 		return fmt.Sprintf(" (queue unknown: %s)", oneLine(err.Error()))
 	}
@@ -308,15 +449,20 @@ func queueNote(locks *lease.Client, lock string, timeout time.Duration) string {
 	if st.Holder != nil {
 		recs = append([]lease.Record{*st.Holder}, recs...)
 	}
+	nheld := holders(st)
 	me := owner.ProcessStart().UnixMilli()
 	for i, r := range recs {
-		if r.Instance == owner.Default().Instance() && r.Since.UnixMilli() == me {
-			if i == 0 {
-				return ", at the head of the queue"
-			}
-			return fmt.Sprintf(", waiter %d of %d (holder: fence %d, owner %s on %s)", i, len(recs)-1,
-				recs[0].Fence.Revision, recs[0].OwnerDigest, orDash(recs[0].Instance))
+		if r.Instance != owner.Default().Instance() || r.Since.UnixMilli() != me {
+			continue
 		}
+		switch {
+		case i < nheld:
+			return ", at the head of the queue"
+		case f.permits > 0:
+			return fmt.Sprintf(", waiter %d of %d (%d of %d permits held)", i-nheld+1, len(recs)-nheld, nheld, f.permits)
+		}
+		return fmt.Sprintf(", waiter %d of %d (holder: fence %d, owner %s on %s)", i, len(recs)-1,
+			recs[0].Fence.Revision, recs[0].OwnerDigest, orDash(recs[0].Instance))
 	}
 	return fmt.Sprintf(", %d in the queue", len(recs))
 }
@@ -328,38 +474,37 @@ func orDash(s string) string {
 	return s
 }
 
-// supervise runs the command while l is held and returns its exit code,
-// or lost after killing it when l is lost (or could not be confirmed in
+// supervise runs the command while h is held and returns its exit code,
+// or lost after killing it when h is lost (or could not be confirmed in
 // time).
 //
-// Besides watching l.Done, it confirms the lease (l.Renew) every quarter
+// Besides watching h.Done, it confirms the lease (h.Renew) every quarter
 // TTL and keeps a deadline: the TTL from when the last confirmed renewal
 // was sent, minus the safety margin. A watchdog process (see watchdog.go)
 // holds the same deadline, so the command is killed in time even if this
 // process is stopped or killed; this process kills it at the deadline too.
-func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Signal, e *Env) (code int, lost bool) {
+func (f *runFlags) supervise(h *holding, cmdline []string, sigc <-chan os.Signal, e *Env) (code int, lost bool) {
 	ttl := roundTTL(f.conn.ttl)
 	validFor := func(sent time.Time) time.Time { return sent.Add(ttl - f.margin()) }
 	sent := time.Now()
 	rctx, rcancel := context.WithTimeout(context.Background(), ttl/4)
-	err := l.Renew(rctx)
+	err := h.Renew(rctx)
 	rcancel()
 	if err != nil {
-		if l.Err() != nil {
-			fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost before the command started: %s\n", l.Name(), lossCause(l.Err()))
+		if h.Err() != nil {
+			fmt.Fprintf(e.Stderr, "fencekit %s: %s on %q lost before the command started: %s\n", f.cmd, h.what, h.name, lossCause(h.Err()))
 			return ExitLost, true
 		}
-		return fail(e, "run", ExitConn, err), false
+		return fail(e, f.cmd, ExitConn, err), false
 	}
 	deadline := validFor(sent)
 
 	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit run: warning: %s: processes that leave the command's process group will not be found\n", oneLine(err.Error()))
+		fmt.Fprintf(e.Stderr, "fencekit %s: warning: %s: processes that leave the command's process group will not be found\n", f.cmd, oneLine(err.Error()))
 	}
 	cmd := exec.Command(cmdline[0], cmdline[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.Stdin, e.Stdout, e.Stderr
-	cmd.Env = append(withoutVars(os.Environ(), "FENCING_TOKEN", "FENCEKIT_LOCK"),
-		"FENCING_TOKEN="+l.Fence().String(), "FENCEKIT_LOCK="+l.Name())
+	cmd.Env = append(withoutVars(os.Environ(), envVars...), h.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if in, ok := e.Stdin.(*os.File); ok {
 		if fd, ok := foregroundTTY(in); ok {
@@ -372,15 +517,15 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = ExitNotFound
 		}
-		return fail(e, "run", code, err), false
+		return fail(e, f.cmd, code, err), false
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	wd, err := startWatchdog(pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
+	wd, err := startWatchdog(f.cmd, pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
 	skip := -1 // the watchdog, not the command's
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit run: warning: %s: the command is not protected against fencekit itself being stopped\n", oneLine(err.Error()))
+		fmt.Fprintf(e.Stderr, "fencekit %s: warning: %s: the command is not protected against fencekit itself being stopped\n", f.cmd, oneLine(err.Error()))
 	} else {
 		defer wd.stop()
 		skip = wd.cmd.Process.Pid
@@ -412,7 +557,7 @@ func (f *runFlags) supervise(l *lease.Lease, cmdline []string, sigc <-chan os.Si
 			wd.dismiss() // this process does the killing
 		}
 		signalTree(pgid, skip, syscall.SIGTERM)
-		fmt.Fprintf(e.Stderr, "fencekit run: lease on %q lost: %s; sent SIGTERM to the command, SIGKILL in %v\n", l.Name(), cause, f.grace)
+		fmt.Fprintf(e.Stderr, "fencekit %s: %s on %q lost: %s; sent SIGTERM to the command, SIGKILL in %v\n", f.cmd, h.what, h.name, cause, f.grace)
 		t := time.NewTimer(f.grace)
 		killc = t.C
 	}
@@ -436,8 +581,8 @@ loop:
 			}
 		case s := <-sigc:
 			signalTree(pgid, skip, s.(syscall.Signal))
-		case <-l.Done():
-			kill(lossCause(l.Err()))
+		case <-h.Done():
+			kill(lossCause(h.Err()))
 		case <-own.C:
 			kill(fmt.Sprintf("no renewal confirmed within %v", ttl-f.margin()))
 		case <-killc:
@@ -452,7 +597,7 @@ loop:
 				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
 				defer cancel()
-				renewed <- renewal{sent, l.Renew(ctx)}
+				renewed <- renewal{sent, h.Renew(ctx)}
 			}()
 		case r := <-renewed:
 			renewing = false
@@ -477,12 +622,12 @@ loop:
 	code = waitCode(waitErr, cmd.ProcessState)
 	// The exit and the loss can arrive together (after a stop, say); the
 	// command's code counts only if the lease held until it exited.
-	if err := l.Err(); err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but the lease on %q was lost: %s\n", code, l.Name(), lossCause(err))
+	if err := h.Err(); err != nil {
+		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d, but the %s on %q was lost: %s\n", f.cmd, code, h.what, h.name, lossCause(err))
 		return code, true
 	}
 	if time.Now().After(deadline) {
-		fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d, but no renewal of the lease on %q was confirmed within %v before\n", code, l.Name(), ttl-f.margin())
+		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d, but no renewal of the %s on %q was confirmed within %v before\n", f.cmd, code, h.what, h.name, ttl-f.margin())
 		return code, true
 	}
 	return code, false
@@ -503,8 +648,8 @@ func (f *runFlags) stopLeftovers(pgid, skip, code int, e *Env) bool {
 	if pids != nil {
 		what = fmt.Sprintf("%d process(es) (pid %s)", len(pids), joinInts(pids))
 	}
-	fmt.Fprintf(e.Stderr, "fencekit run: the command exited with code %d but left %s running; sent SIGTERM, SIGKILL in %v; the lease is released once they are gone\n",
-		code, what, f.grace)
+	fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d but left %s running; sent SIGTERM, SIGKILL in %v; the lock is released once they are gone\n",
+		f.cmd, code, what, f.grace)
 	return true
 }
 

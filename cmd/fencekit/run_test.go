@@ -194,7 +194,7 @@ func TestRunStoppedChildKilledFirst(t *testing.T) {
 
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGCONT))
 	assert.Equal(t, ExitLost, a.wait(t, 20*time.Second))
-	assert.Contains(t, a.stderr.String(), "watchdog")
+	assert.Contains(t, a.stderr.String(), "fencekit run (watchdog)")
 }
 
 // TestRunKilledChildKilled: when fencekit run is killed outright, its

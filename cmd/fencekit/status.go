@@ -18,10 +18,23 @@ Without LOCK arguments, every lock that is held or waited for.
 For the holder and each waiter: the fencing token, the owner digest (never
 the owner token), the instance id, "since" (a lower bound on when the record
 was written: the owner process's start time, which its owner token carries;
-etcd stores no times), the hold count, and the session TTL left.`
+etcd stores no times), the hold count, and the session TTL left.
+
+With --watch, status follows the locks through one etcd watch of the
+prefix and prints them again at every change until SIGINT or SIGTERM
+(exit 0): on a terminal it redraws the screen; otherwise it appends a line
+"== <time> revision <N>" and the table (with --json, one JSON array per
+line). The TTL column is as of the change, not counted down.
+
+Exit codes: 0 printed (or, with --watch, interrupted); 64 usage error; 69
+connection error (etcd unreachable within --dial-timeout at the start;
+later, the watch retries); 76 etcd server older than the supported floor.`
 
 const lsHelp = `List the locks that are held or waited for, one line each: holder's fence,
-owner digest, hold count, session TTL left and the number of waiters.`
+owner digest, hold count, session TTL left and the number of waiters.
+
+Exit codes: 0 printed; 64 usage error; 69 connection error; 76 etcd server
+older than the supported floor.`
 
 // recordJSON is a lock record in "status --json" output.
 type recordJSON struct {
@@ -92,6 +105,7 @@ func cmdStatus(args []string, e *Env) int {
 	fs := newFlagSet("status", statusHelp+"\n\n"+connHelp)
 	conn.register(fs, e.Getenv, false)
 	asJSON := fs.Bool("json", false, "print JSON: an array of {lock, revision, holder, waiters}")
+	watch := fs.Bool("watch", false, "print again at every change until interrupted: redrawn on a terminal, appended otherwise (with --json, one array per line)")
 	names, err := parse(fs, args, e)
 	if err == nil {
 		err = conn.check()
@@ -103,6 +117,9 @@ func cmdStatus(args []string, e *Env) int {
 	}
 	if err != nil {
 		return usageFail(e, "status", err)
+	}
+	if *watch {
+		return watchStatus(&conn, names, *asJSON, e)
 	}
 	states, code := inspect(&conn, names, e, "status")
 	if code >= 0 {

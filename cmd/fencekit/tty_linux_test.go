@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,4 +66,35 @@ func TestRunInteractive(t *testing.T) {
 	assert.Equal(t, 5, cmd.ProcessState.ExitCode(), out.String())
 	assert.Contains(t, out.String(), "int")
 	requireFree(t, cl.Members[0].ClientURL, "tty")
+}
+
+// TestStatusWatchTerminal: on a terminal, "status --watch" clears the
+// screen and redraws at a change.
+func TestStatusWatchTerminal(t *testing.T) {
+	cl := etcdtest.Start(t)
+	ptm, pts := openPTY(t)
+	cmd := exec.Command(bin, "status", "--watch")
+	cmd.Env = append(os.Environ(), endpointsEnv(cl)...)
+	cmd.Stdout, cmd.Stderr = pts, pts
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var out syncBuffer
+	go func() { _, _ = io.Copy(&out, ptm) }() // ends when ptm is closed
+	clear := []byte("\x1b[H\x1b[2J")
+	require.Eventually(t, func() bool { return bytes.Count([]byte(out.String()), clear) == 1 }, 20*time.Second, 10*time.Millisecond, "%q", out.String())
+	l, err := newLocks(t, cl).Acquire(ctxT(t, 10*time.Second), "tty")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s := out.String()
+		return bytes.Count([]byte(s), clear) == 2 && bytes.Contains([]byte(s[strings.LastIndex(s, "\x1b[2J"):]), []byte("holder"))
+	}, 10*time.Second, 10*time.Millisecond, "%q", out.String())
+	require.NoError(t, l.Release(ctxT(t, 5*time.Second)))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("status --watch still running 10s after SIGINT")
+	}
 }

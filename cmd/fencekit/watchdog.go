@@ -41,13 +41,14 @@ type watchdog struct {
 }
 
 // startWatchdog starts a watchdog for the process group pgid, with the
-// command's first deadline valid from now.
-func startWatchdog(pgid int, grace, valid time.Duration, stderr io.Writer) (*watchdog, error) {
+// command's first deadline valid from now; name is the subcommand ("run"
+// or "elect"), for its message.
+func startWatchdog(name string, pgid int, grace, valid time.Duration, stderr io.Writer) (*watchdog, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("watchdog: %w", err)
 	}
-	cmd := exec.Command(exe, watchdogCmd, strconv.Itoa(pgid), grace.String(), strconv.Itoa(os.Getpid()))
+	cmd := exec.Command(exe, watchdogCmd, strconv.Itoa(pgid), grace.String(), strconv.Itoa(os.Getpid()), name)
 	cmd.Stderr = stderr
 	// Its own process group: a stop or a signal meant for fencekit's group
 	// does not reach it.
@@ -89,9 +90,10 @@ func (wd *watchdog) stop() {
 	_ = wd.cmd.Wait()
 }
 
-// runWatchdog is the watchdog process: "fencekit _watchdog PGID GRACE PPID".
+// runWatchdog is the watchdog process: "fencekit _watchdog PGID GRACE
+// PPID NAME".
 func runWatchdog(args []string, e *Env) int {
-	if len(args) != 3 {
+	if len(args) != 4 {
 		return ExitUsage
 	}
 	pgid, err1 := strconv.Atoi(args[0])
@@ -99,7 +101,7 @@ func runWatchdog(args []string, e *Env) int {
 	if err1 != nil || err2 != nil || pgid <= 1 {
 		return ExitUsage
 	}
-	parent := args[2]
+	parent, name := args[2], args[3]
 	// Signals are fencekit's to forward, not the watchdog's to act on.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 
@@ -131,7 +133,7 @@ func runWatchdog(args []string, e *Env) int {
 			}
 		case <-deadline.C:
 			killTree(parent, pgid, syscall.SIGTERM)
-			fmt.Fprintf(e.Stderr, "fencekit run (watchdog): fencekit (pid %s) confirmed no renewal in time; sent SIGTERM to the command, SIGKILL in %v\n", parent, grace)
+			fmt.Fprintf(e.Stderr, "fencekit %s (watchdog): fencekit (pid %s) confirmed no renewal in time; sent SIGTERM to the command, SIGKILL in %v\n", name, parent, grace)
 			time.Sleep(grace)
 			killTree(parent, pgid, syscall.SIGKILL)
 			return ExitLost
