@@ -2,6 +2,8 @@ package redisguard
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fenceScript checks a token against a resource's mark, runs a batch of
-// commands and advances the mark, as one script: Redis runs nothing else
-// in between. The caller's commands arrive as data, never as script text.
+// fenceBody is the fenced function: it checks a token against a
+// resource's mark, runs a batch of commands and advances the mark, as one
+// call: Redis runs nothing else in between. The caller's commands arrive
+// as data, never as code.
 //
 // KEYS[1] is the mark, a hash of "rev" (the revision, canonical decimal),
 // "lock" (the lock name) and "life" (the run_id of the server that wrote
@@ -29,21 +32,16 @@ import (
 // "c"), or {"error", index, message} for a command Redis refused, after
 // undoing the batch's earlier commands (DUMP before each key's first
 // command, RESTORE or DEL after). Revisions are compared as decimal
-// strings, exactly for every int64.
-const fenceScript = `
-local function older(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
+// strings, exactly for every int64. It calls older and server_life, which
+// the library defines (see libraryCode).
+const fenceBody = `
 local rev, lock, mode = ARGV[1], ARGV[2], ARGV[3]
 local m = redis.call('HMGET', KEYS[1], 'rev', 'lock', 'life')
 if m[1] then
   if m[2] ~= lock then return {'wrong_lock', m[1], m[2]} end
   if older(rev, m[1]) then return {'stale', m[1], m[2]} end
 end
-local info = redis.call('INFO', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-local life = string.sub(info, at + 7, at + 46)
+local life = server_life()
 local claimed = m[1] and m[3] == life
 local raise = not claimed or older(m[1], rev)
 if not claimed then
@@ -90,34 +88,83 @@ end
 return out
 `
 
-// resetScript sets a mark to ARGV[3], ARGV[4] (revision, lock) if it is
+// resetBody sets a mark to ARGV[3], ARGV[4] (revision, lock) if it is
 // exactly ARGV[1], ARGV[2] ("", "" for none), stamped with the server's
 // life. It returns {"ok"} or {"changed", revision, lock}.
-const resetScript = `
+const resetBody = `
 local m = redis.call('HMGET', KEYS[1], 'rev', 'lock')
 if (m[1] or '') ~= ARGV[1] or (m[2] or '') ~= ARGV[2] then
   return {'changed', m[1] or '', m[2] or ''}
 end
-local info = redis.call('INFO', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-local life = string.sub(info, at + 7, at + 46)
-redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'lock', ARGV[4], 'life', life)
+redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'lock', ARGV[4], 'life', server_life())
 return {'ok'}
 `
 
-var (
-	fenceLua = redis.NewScript(fenceScript)
-	resetLua = redis.NewScript(resetScript)
-)
+// olderLua compares two canonical decimal revisions: a < b.
+const olderLua = `
+local function older(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+`
 
-// The modes of fenceScript.
+// lifeLua is the body of a function returning the server's life, its
+// run_id, read from INFO server.
+const lifeLua = `
+  local info = redis.call('INFO', 'server')
+  local at = string.find(info, 'run_id:', 1, true)
+  return string.sub(info, at + 7, at + 46)
+`
+
+// libraryCode is the Redis function library (Redis 7 functions) of
+// fenceBody and resetBody. server_life reads INFO server once per Lua
+// virtual machine and keeps the run_id in a local of the library: a
+// server creates the machine when it starts and recreates it when
+// functions are loaded, deleted, flushed or restored, so the kept value is
+// always the running process's own run_id (package doc, Durability). The
+// library's and the functions' names end in a digest of the code (see
+// newLibrary), so that programs of different versions do not replace each
+// other's.
+const libraryCode = `#!lua name=@LIB@
+local function read_life()` + lifeLua + `end
+local life
+local function server_life()
+  if not life then life = read_life() end
+  return life
+end
+` + olderLua + `
+redis.register_function('@FENCE@', function(KEYS, ARGV)` + fenceBody + `end)
+redis.register_function('@RESET@', function(KEYS, ARGV)` + resetBody + `end)
+`
+
+// library is the function library as loaded: its code and names.
+type library struct {
+	code         string
+	name         string // the library's
+	fence, reset string // the functions'
+}
+
+// lib is the library this package loads and calls.
+var lib = newLibrary(libraryCode)
+
+// newLibrary names the library and its functions after a digest of code
+// and returns the code to load.
+func newLibrary(code string) library {
+	sum := sha1.Sum([]byte(code))
+	v := hex.EncodeToString(sum[:6])
+	l := library{name: "fencekit_" + v, fence: "fencekit_fence_" + v, reset: "fencekit_reset_" + v}
+	l.code = strings.NewReplacer("@LIB@", l.name, "@FENCE@", l.fence, "@RESET@", l.reset).Replace(code)
+	return l
+}
+
+// The modes of fenceBody.
 const (
 	modeDecide = ""  // decide from the mark; a raise needs verification
 	modeRaise  = "r" // may raise the mark
 	modeClaim  = "c" // may claim the resource in this server life
 )
 
-// The statuses of fenceScript.
+// The statuses of fenceBody.
 const (
 	statusOK        = "ok"
 	statusStale     = "stale"
@@ -126,6 +173,48 @@ const (
 	statusUnclaimed = "unclaimed"
 	statusError     = "error"
 )
+
+// call runs function fn of the library with FCALL and returns its reply.
+// When the server does not have the library (a new server, a restart
+// without persistence, FUNCTION FLUSH) it loads it and calls again.
+func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) ([]any, error) {
+	v, err := m.cli.FCall(ctx, fn, keys, args...).Slice()
+	if err == nil || !strings.HasPrefix(err.Error(), "ERR Function not found") {
+		return v, err
+	}
+	if err := m.load(ctx, keys[0]); err != nil {
+		return nil, fmt.Errorf("load function library %s: %w", lib.name, err)
+	}
+	return m.cli.FCall(ctx, fn, keys, args...).Slice()
+}
+
+// load loads the library on the server that holds key: on a cluster the
+// master of key's slot, on a ring every shard. A library already loaded
+// (by another client meanwhile) is not an error.
+func (m *marks) load(ctx context.Context, key string) error {
+	switch c := m.cli.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		return loadOn(ctx, node)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return loadOn(ctx, shard)
+		})
+	}
+	return loadOn(ctx, m.cli)
+}
+
+// loadOn loads the library with FUNCTION LOAD through c.
+func loadOn(ctx context.Context, c redis.Cmdable) error {
+	err := c.FunctionLoad(ctx, lib.code).Err()
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return err
+}
 
 // marks is what Guard and Store share: the client and the key layout.
 type marks struct {
@@ -156,13 +245,13 @@ func validatePrefix(prefix string) error {
 	return nil
 }
 
-// batch is a fenced script's KEYS and the commands' part of ARGV.
+// batch is a fenced call's KEYS and the commands' part of ARGV.
 type batch struct {
 	keys []string
 	args []any
 }
 
-// encode checks cmds for resource and lays them out for fenceScript.
+// encode checks cmds for resource and lays them out for fenceBody.
 func (m *marks) encode(resource string, cmds []Cmd) (batch, error) {
 	mk := m.markKey(resource)
 	slot := Slot(mk)
@@ -189,7 +278,7 @@ func (m *marks) encode(resource string, cmds []Cmd) (batch, error) {
 	return b, nil
 }
 
-// result is fenceScript's answer.
+// result is fenceBody's answer.
 type result struct {
 	status  string
 	mark    fence.Token // for the statuses other than ok and error
@@ -197,17 +286,17 @@ type result struct {
 	cmdErr  *CommandError
 }
 
-// fence runs fenceScript for t on b in mode.
+// fence runs fenceBody for t on b in mode.
 func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode string, b batch, cmds []Cmd) (result, error) {
 	args := make([]any, 0, 3+len(b.args))
 	args = append(args, strconv.FormatInt(t.Revision, 10), t.Lock, mode)
 	args = append(args, b.args...)
-	v, err := fenceLua.Run(ctx, m.cli, b.keys, args...).Slice()
+	v, err := m.call(ctx, lib.fence, b.keys, args)
 	if err != nil {
-		return result{}, fmt.Errorf("redisguard: fenced script: %w", err)
+		return result{}, fmt.Errorf("redisguard: fenced function: %w", err)
 	}
 	if len(v) == 0 {
-		return result{}, fmt.Errorf("redisguard: fenced script: empty reply")
+		return result{}, fmt.Errorf("redisguard: fenced function: empty reply")
 	}
 	status, _ := v[0].(string)
 	switch status {
@@ -215,7 +304,7 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 		return result{status: status, replies: v[1:]}, nil
 	case statusError:
 		if len(v) != 3 {
-			return result{}, fmt.Errorf("redisguard: fenced script: reply %v", v)
+			return result{}, fmt.Errorf("redisguard: fenced function: reply %v", v)
 		}
 		i, _ := strconv.Atoi(fmt.Sprint(v[1]))
 		ce := &CommandError{Resource: resource, Index: i, Msg: fmt.Sprint(v[2])}
@@ -225,7 +314,7 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 		return result{status: status, cmdErr: ce}, nil
 	case statusStale, statusWrongLock, statusVerify, statusUnclaimed:
 		if len(v) != 3 {
-			return result{}, fmt.Errorf("redisguard: fenced script: reply %v", v)
+			return result{}, fmt.Errorf("redisguard: fenced function: reply %v", v)
 		}
 		mark, err := parseMark(fmt.Sprint(v[1]), fmt.Sprint(v[2]))
 		if err != nil {
@@ -233,7 +322,7 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 		}
 		return result{status: status, mark: mark}, nil
 	}
-	return result{}, fmt.Errorf("redisguard: fenced script: reply %v", v)
+	return result{}, fmt.Errorf("redisguard: fenced function: reply %v", v)
 }
 
 // parseMark reads a mark's fields; "", "" is no mark.
@@ -267,15 +356,15 @@ func (m *marks) mark(ctx context.Context, resource string) (fence.Token, error) 
 	return t, nil
 }
 
-// reset runs resetScript: it sets the mark from old to next, or returns a
+// reset runs resetBody: it sets the mark from old to next, or returns a
 // *guard.MarkChangedError.
 func (m *marks) reset(ctx context.Context, resource string, old, next fence.Token) error {
 	oldRev := ""
 	if !old.IsZero() {
 		oldRev = strconv.FormatInt(old.Revision, 10)
 	}
-	v, err := resetLua.Run(ctx, m.cli, []string{m.markKey(resource)},
-		oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock).Slice()
+	v, err := m.call(ctx, lib.reset, []string{m.markKey(resource)},
+		[]any{oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock})
 	if err != nil {
 		return fmt.Errorf("redisguard: reset mark: %w", err)
 	}
@@ -283,7 +372,7 @@ func (m *marks) reset(ctx context.Context, resource string, old, next fence.Toke
 		return nil
 	}
 	if len(v) != 3 || v[0] != "changed" {
-		return fmt.Errorf("redisguard: reset script: reply %v", v)
+		return fmt.Errorf("redisguard: reset function: reply %v", v)
 	}
 	mark, err := parseMark(fmt.Sprint(v[1]), fmt.Sprint(v[2]))
 	if err != nil {
@@ -292,7 +381,7 @@ func (m *marks) reset(ctx context.Context, resource string, old, next fence.Toke
 	return &guard.MarkChangedError{Resource: resource, Want: old, Mark: mark}
 }
 
-// refusal returns the error of fence.Check for a status of fenceScript
+// refusal returns the error of fence.Check for a status of fenceBody
 // that refused t, or nil.
 func refusal(status string, mark, t fence.Token) error {
 	switch status {
