@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,10 +27,14 @@ import (
 // the number of commands, and then per command its name, its number of
 // arguments after the key and those arguments.
 //
-// It returns {"ok", reply...}, or {status, mark revision, mark lock} with
-// status "stale", "wrong_lock", "verify" (the token would raise the mark
-// and mode is ""), "unclaimed" (no mark of this life, and mode is not
-// "c"), or {"error", index, message} for a command Redis refused, after
+// When the batch ran it returns the single command's reply as it is (no
+// command of the allow-list replies with an array; a reply wrapped in an
+// array costs the server a deferred-length reply), OK for no command, and
+// {"ok", reply...} for several. Otherwise it returns an array:
+// {status, mark revision, mark lock} with status "stale", "wrong_lock",
+// "verify" (the token would raise the mark and mode is ""), "unclaimed"
+// (no mark of this life, and mode is not "c"), or {"error", index,
+// message} for a command Redis refused, after
 // undoing the batch's earlier commands (DUMP before each key's first
 // command, RESTORE or DEL after). Revisions are compared as decimal
 // strings, exactly for every int64. It calls older and server_life, which
@@ -50,12 +55,14 @@ elseif raise and mode == '' then
   return {'verify', m[1], m[2]}
 end
 local n = tonumber(ARGV[4])
-local out = {'ok'}
-if n == 1 then
-  local r = redis.pcall(ARGV[5], KEYS[2], unpack(ARGV, 7, 6 + tonumber(ARGV[6])))
-  if type(r) == 'table' and r.err then return {'error', '0', r.err} end
-  out[2] = r
-elseif n > 1 then
+local out
+if n == 0 then
+  out = redis.status_reply('OK')
+elseif n == 1 then
+  out = redis.pcall(ARGV[5], KEYS[2], unpack(ARGV, 7, 6 + tonumber(ARGV[6])))
+  if type(out) == 'table' and out.err then return {'error', '0', out.err} end
+else
+  out = {'ok'}
   local undo, seen = {}, {}
   local a = 5
   for i = 1, n do
@@ -174,18 +181,28 @@ const (
 	statusError     = "error"
 )
 
-// call runs function fn of the library with FCALL and returns its reply.
-// When the server does not have the library (a new server, a restart
-// without persistence, FUNCTION FLUSH) it loads it and calls again.
-func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) ([]any, error) {
-	v, err := m.cli.FCall(ctx, fn, keys, args...).Slice()
+// call runs function fn of the library with FCALL and returns its reply
+// (nil for a nil reply). When the server does not have the library (a new
+// server, a restart without persistence, FUNCTION FLUSH) it loads it and
+// calls again.
+func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) (any, error) {
+	v, err := fcall(ctx, m.cli, fn, keys, args)
 	if err == nil || !strings.HasPrefix(err.Error(), "ERR Function not found") {
 		return v, err
 	}
 	if err := m.load(ctx, keys[0]); err != nil {
 		return nil, fmt.Errorf("load function library %s: %w", lib.name, err)
 	}
-	return m.cli.FCall(ctx, fn, keys, args...).Slice()
+	return fcall(ctx, m.cli, fn, keys, args)
+}
+
+// fcall runs FCALL; a nil reply is nil, not redis.Nil.
+func fcall(ctx context.Context, cli redis.UniversalClient, fn string, keys []string, args []any) (any, error) {
+	v, err := cli.FCall(ctx, fn, keys, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
 }
 
 // load loads the library on the server that holds key: on a cluster the
@@ -291,9 +308,19 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 	args := make([]any, 0, 3+len(b.args))
 	args = append(args, strconv.FormatInt(t.Revision, 10), t.Lock, mode)
 	args = append(args, b.args...)
-	v, err := m.call(ctx, lib.fence, b.keys, args)
+	reply, err := m.call(ctx, lib.fence, b.keys, args)
 	if err != nil {
 		return result{}, fmt.Errorf("redisguard: fenced function: %w", err)
+	}
+	v, isArray := reply.([]any)
+	if !isArray { // the batch ran: the single command's reply, or OK
+		if len(cmds) > 1 {
+			return result{}, fmt.Errorf("redisguard: fenced function: reply %v", reply)
+		}
+		if len(cmds) == 0 {
+			return result{status: statusOK}, nil
+		}
+		return result{status: statusOK, replies: []any{reply}}, nil
 	}
 	if len(v) == 0 {
 		return result{}, fmt.Errorf("redisguard: fenced function: empty reply")
@@ -363,11 +390,12 @@ func (m *marks) reset(ctx context.Context, resource string, old, next fence.Toke
 	if !old.IsZero() {
 		oldRev = strconv.FormatInt(old.Revision, 10)
 	}
-	v, err := m.call(ctx, lib.reset, []string{m.markKey(resource)},
+	reply, err := m.call(ctx, lib.reset, []string{m.markKey(resource)},
 		[]any{oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock})
 	if err != nil {
 		return fmt.Errorf("redisguard: reset mark: %w", err)
 	}
+	v, _ := reply.([]any)
 	if len(v) == 1 && v[0] == statusOK {
 		return nil
 	}
