@@ -28,19 +28,18 @@ import (
 // arguments after the key and those arguments.
 //
 // When the batch ran it returns the single command's reply as it is (no
-// command of the allow-list replies with an array; a reply wrapped in an
-// array costs the server a deferred-length reply), OK for no command, and
+// command of the allow-list replies with an array, and an array around
+// the reply measurably slows a small write), OK for no command, and
 // {"ok", reply...} for several. Otherwise it returns an array:
 // {status, mark revision, mark lock} with status "stale", "wrong_lock",
 // "verify" (the token would raise the mark and mode is ""), "unclaimed"
 // (no mark of this life, and mode is not "c"), or {"error", index,
-// message} for a command Redis refused, after
-// undoing the batch's earlier commands (DUMP before each key's first
-// command, RESTORE or DEL after). Revisions are compared as decimal
-// strings, exactly for every int64. It calls older and server_life, which
-// the library defines (see libraryCode). A single command of no or one
-// argument is called without unpack, which costs a small write
-// measurably.
+// message} for a command Redis refused, after undoing the batch's earlier
+// commands (DUMP before each key's first command, RESTORE or DEL after).
+// Revisions are compared as decimal strings, exactly for every int64. It
+// calls older and server_life, which the library defines (see
+// libraryCode). A single command of no or one argument is called without
+// unpack, which measurably slows a small write.
 const fenceBody = `
 local rev, lock, mode = ARGV[1], ARGV[2], ARGV[3]
 local m = redis.call('HMGET', KEYS[1], 'rev', 'lock', 'life')
@@ -134,11 +133,12 @@ const lifeLua = `
 `
 
 // libraryCode is the Redis function library (Redis 7 functions) of
-// fenceBody and resetBody. server_life reads INFO server once per Lua
-// virtual machine and keeps the run_id in a local of the library: a
-// server creates the machine when it starts and recreates it when
-// functions are loaded, deleted, flushed or restored, so the kept value is
-// always the running process's own run_id (package doc, Durability). The
+// fenceBody and resetBody. server_life reads INFO server once per loaded
+// copy of the library and keeps the run_id in a local of the library,
+// which lives only in the server's memory and starts empty whenever the
+// server loads the library (at start, FUNCTION LOAD, RESTORE or FLUSH, a
+// full sync): the kept value is always the running process's own run_id
+// (package doc, Durability). The
 // library's and the functions' names end in a digest of the code (see
 // newLibrary), so that programs of different versions do not replace each
 // other's.
