@@ -55,8 +55,8 @@
 // when a later command fails: keep such batches to small keys; a single
 // command needs no snapshot. Values pass through the server's Lua, copied
 // in and out: on the project's test machine a fenced SET of a 16 KiB value
-// cost about twice a plain one, as through the barest Redis function
-// (BenchmarkRedis, set-16KiB). With Redis ACLs, the user needs FCALL,
+// cost 2.1x–2.4x a plain one, and the barest Redis function that SETs
+// 1.9x–2.0x (BenchmarkRedis, set-16KiB). With Redis ACLs, the user needs FCALL,
 // FUNCTION LOAD, INFO, HMGET, HSET, DUMP, PTTL, RESTORE and DEL besides
 // the batch's commands.
 //
