@@ -276,3 +276,30 @@ func serverLife(ctx context.Context, t *testing.T, cli *redis.Client) string {
 	}
 	return after[:40]
 }
+
+// TestServerWithoutFunctions: a server without FCALL (Redis 6, or the
+// command renamed away, as here) fails every fenced write with the
+// server's error, wrapped, and nothing is written.
+func TestServerWithoutFunctions(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, "--rename-command", "FCALL", "")
+	cli := connect(t, srv.addr())
+	g, err := redisguard.New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := guard.Target{Resource: "jobs", Lock: "jobs"}
+	a := fence.Token{Lock: "jobs", Revision: 10}
+	var serverErr redis.Error
+	if err := g.Claim(ctx, a, "jobs"); !errors.As(err, &serverErr) {
+		t.Errorf("claim on a server without FCALL = %v, want the server's error", err)
+	} else {
+		t.Log(err)
+	}
+	if _, err := g.Set(ctx, tgt, a, redisguard.Key("jobs", "state"), "by A"); !errors.As(err, &serverErr) {
+		t.Errorf("write on a server without FCALL = %v, want the server's error", err)
+	}
+	if n := cli.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("%d keys written", n)
+	}
+}

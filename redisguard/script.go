@@ -197,8 +197,14 @@ const (
 // calls again.
 func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) (any, error) {
 	v, err := fcall(ctx, m.cli, fn, keys, args)
-	if err == nil || !strings.HasPrefix(err.Error(), "ERR Function not found") {
-		return v, err
+	if err == nil {
+		return v, nil
+	}
+	if strings.HasPrefix(err.Error(), "ERR unknown command") {
+		return nil, fmt.Errorf("the server has no Redis functions (FCALL, Redis 7.0 or later; or the command is renamed): %w", err)
+	}
+	if !strings.HasPrefix(err.Error(), "ERR Function not found") {
+		return nil, err
 	}
 	if err := m.load(ctx, keys[0]); err != nil {
 		return nil, fmt.Errorf("load function library %s: %w", lib.name, err)
