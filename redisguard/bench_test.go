@@ -4,6 +4,7 @@ package redisguard_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -20,17 +21,25 @@ import (
 )
 
 // BenchmarkRedis is the cost of fencing a Redis write, with the arms of
-// each comparison interleaved in one process, on one connection each, as
-// the benchmarks of package integration (scripts/bench.sh) are: the
-// arms run in alternating blocks, rotating which goes first, over rounds,
-// and the figures are medians with the per-round ratio spread (min–max).
+// each comparison interleaved in one process, on connections of their
+// own, as the benchmarks of package integration (scripts/bench.sh) are:
+// the arms run in alternating blocks, rotating which goes first, over
+// rounds, and the figures are medians with the per-round ratio spread
+// (min–max).
 //
-//   - set: Guard.Set with a token equal to the mark (fencekit) against a
-//     plain SET (floor) and against MULTI/EXEC of GET of the mark and the
-//     SET (multi), what a client-side check would cost at least.
-//     Target: fencekit/floor <= 1.3x. A fourth arm, nolife, runs the same
-//     script with the server's run_id given instead of read with INFO
-//     server: the price of the Durability check alone (fencekit/nolife).
+//   - set, set-1KiB, set-16KiB: Guard.Set of a 16-byte, 1 KiB or 16 KiB
+//     value with a token equal to the mark (fencekit), one connection per
+//     arm, against a plain SET (floor) and against MULTI/EXEC of an HGET
+//     of the mark and the SET (multi), what a client-side check costs at
+//     least. Target (set): fencekit/floor <= 1.3x. A fourth arm, info,
+//     runs the same function body as an EVALSHA script that reads the
+//     server's run_id with INFO server on every write, as this package did
+//     before it kept the run_id in the function library (fencekit/info:
+//     what keeping it saves). A fifth, fn, is the cheapest Redis function
+//     that SETs (FCALL of "return redis.call('SET', KEYS[1], ARGV[1])"):
+//     fn/floor is what any check run inside Redis starts from.
+//   - set-c8: the 16-byte SET from 8 goroutines per arm, sharing a Guard
+//     and a pool of 8 connections per arm; times are per write.
 //   - store: Store.Advance with the current token (fencekit) against an
 //     EVALSHA of a one-line script reading one key (floor).
 //
@@ -38,73 +47,93 @@ import (
 // FENCEKIT_BENCH_ROUNDS overrides the rounds.
 func BenchmarkRedis(b *testing.B) {
 	ctx := context.Background()
-	// One connection per arm, so no arm waits for another's.
-	client := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: 1, MaxRetries: -1})
+	// Connections of each arm's own, so no arm waits for another's.
+	client := func(pool int) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: pool, MaxRetries: -1})
 		b.Cleanup(func() { c.Close() })
 		return c
 	}
 	probe, id := testRedis(b)
-	_ = probe
-	res := id + "-bench"
 	tok := fence.Token{Lock: "bench", Revision: 42}
-	tgt := guard.Target{Resource: res, Lock: "bench"}
-	key := redisguard.Key(res, "value")
 	prefix := id + ":mark:"
+	fnLib := "fencekit_bench_" + id
+	if err := probe.FunctionLoad(ctx, "#!lua name="+fnLib+"\nredis.register_function('"+fnLib+
+		"', function(KEYS, ARGV) return redis.call('SET', KEYS[1], ARGV[1]) end)").Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { probe.FunctionDelete(context.Background(), fnLib) })
 
-	b.Run("set", func(b *testing.B) {
-		g, err := redisguard.New(client(), redisguard.WithPrefix(prefix))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := g.Claim(ctx, tok, res); err != nil {
-			b.Fatal(err)
-		}
-		plain, multi, bare := client(), client(), client()
-		markKey := g.MarkKey(res)
-		info, err := bare.Info(ctx, "server").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, after, _ := strings.Cut(info, "run_id:")
-		nolife := redis.NewScript(strings.Replace(redisguard.FenceScript,
-			"local info = redis.call('INFO', 'server')", "local info = 'run_id:"+after[:40]+"'", 1))
-		if nolife.Hash() == redis.NewScript(redisguard.FenceScript).Hash() {
-			b.Fatal("the nolife arm runs the script unchanged")
-		}
-		interleave(b, plan{rounds: 20, ops: 500, warmup: 500}, []arm{
-			{"fencekit", loop(func() error {
-				_, err := g.Set(ctx, tgt, tok, key, "v")
-				return err
-			})},
-			{"floor", loop(func() error { return plain.Set(ctx, key, "v", 0).Err() })},
-			{"nolife", loop(func() error {
-				return nolife.Run(ctx, bare, []string{markKey, key}, "42", "bench", "r", 1, "SET", 1, "v").Err()
-			})},
-			{"multi", loop(func() error {
-				_, err := multi.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.HGet(ctx, markKey, "rev")
-					p.Set(ctx, key, "v", 0)
-					return nil
-				})
-				return err
-			})},
-		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}, {"fencekit", "nolife"}, {"nolife", "floor"}})
-	})
+	for _, c := range []struct {
+		param   string
+		size    int // value bytes
+		writers int // goroutines per arm
+	}{
+		{"set", 16, 1},
+		{"set-1KiB", 1 << 10, 1},
+		{"set-16KiB", 16 << 10, 1},
+		{"set-c8", 16, 8},
+	} {
+		b.Run(c.param, func(b *testing.B) {
+			res := id + "-" + c.param
+			tgt := guard.Target{Resource: res, Lock: "bench"}
+			key := redisguard.Key(res, "value")
+			value := strings.Repeat("v", c.size)
+			g, err := redisguard.New(client(c.writers), redisguard.WithPrefix(prefix))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Claim(ctx, tok, res); err != nil {
+				b.Fatal(err)
+			}
+			plain, multi, bare, fn := client(c.writers), client(c.writers), client(c.writers), client(c.writers)
+			markKey := g.MarkKey(res)
+			info := redis.NewScript(redisguard.InfoEachWrite)
+			run := func(op func() error) func(int) error {
+				if c.writers == 1 {
+					return loop(op)
+				}
+				return parallel(c.writers, op)
+			}
+			interleave(b, plan{rounds: 150, ops: 100, warmup: 400}, []arm{
+				{"fencekit", run(func() error {
+					_, err := g.Set(ctx, tgt, tok, key, value)
+					return err
+				})},
+				{"floor", run(func() error { return plain.Set(ctx, key, value, 0).Err() })},
+				{"info", run(func() error {
+					r, err := info.Run(ctx, bare, []string{markKey, key}, "42", "bench", "r", 1, "SET", 1, value).Result()
+					if err == nil && r != "OK" { // a refusal is an array: it would price the wrong path
+						err = fmt.Errorf("info arm: reply %v, want OK", r)
+					}
+					return err
+				})},
+				{"fn", run(func() error { return fn.FCall(ctx, fnLib, []string{key}, value).Err() })},
+				{"multi", run(func() error {
+					_, err := multi.TxPipelined(ctx, func(p redis.Pipeliner) error {
+						p.HGet(ctx, markKey, "rev")
+						p.Set(ctx, key, value, 0)
+						return nil
+					})
+					return err
+				})},
+			}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}, {"fencekit", "info"}, {"fn", "floor"}})
+		})
+	}
 
 	b.Run("store", func(b *testing.B) {
-		s, err := redisguard.NewStore(client(), prefix)
+		s, err := redisguard.NewStore(client(1), prefix)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Claim(ctx, tok, res+"-store"); err != nil {
+		if err := s.Claim(ctx, tok, id+"-store"); err != nil {
 			b.Fatal(err)
 		}
-		floor := client()
+		floor := client(1)
 		script := redis.NewScript("return redis.call('GET', KEYS[1])")
+		key := redisguard.Key(id+"-store", "value")
 		interleave(b, plan{rounds: 20, ops: 500, warmup: 500}, []arm{
 			{"fencekit", loop(func() error {
-				_, err := s.Advance(ctx, res+"-store", tok)
+				_, err := s.Advance(ctx, id+"-store", tok)
 				return err
 			})},
 			{"floor", loop(func() error {
@@ -205,6 +234,29 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// parallel is a block that runs op ops times in all from n goroutines.
+func parallel(n int, op func() error) func(ops int) error {
+	return func(ops int) error {
+		errs := make(chan error, n)
+		for w := range n {
+			go func() {
+				var err error
+				for i := w; i < ops && err == nil; i += n {
+					err = op()
+				}
+				errs <- err
+			}()
+		}
+		var first error
+		for range n {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 }
 
 // loop is a block that runs op ops times.

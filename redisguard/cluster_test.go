@@ -3,6 +3,7 @@ package redisguard_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,51 @@ func TestOneNodeCluster(t *testing.T) {
 	}
 	if n := node.Exists(ctx, other).Val(); n != 0 {
 		t.Error("the key of another slot was written")
+	}
+}
+
+// TestRingLoadsLibrary runs fenced writes through a redis.Ring of two
+// redis-servers of the test's own, which start without the function
+// library: the first write to each shard loads it there, and the fencing
+// holds on both.
+func TestRingLoadsLibrary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s1, s2 := startServer(t), startServer(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s1": s1.addr(), "s2": s2.addr()}})
+	defer ring.Close()
+	g, err := redisguard.New(ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := fence.Token{Lock: "jobs", Revision: 10}, fence.Token{Lock: "jobs", Revision: 20}
+	shards := map[string]bool{}
+	for i := 0; len(shards) < 2; i++ {
+		if i == 64 {
+			t.Fatalf("64 resources all landed on shards %v", shards)
+		}
+		res := "jobs-" + strconv.Itoa(i)
+		tgt := guard.Target{Resource: res, Lock: "jobs"}
+		key := redisguard.Key(res, "state")
+		if err := g.Claim(ctx, b, res); err != nil {
+			t.Fatalf("claim %s: %v", res, err)
+		}
+		if _, err := g.Set(ctx, tgt, b, key, "by B"); err != nil {
+			t.Fatalf("B's write to %s: %v", res, err)
+		}
+		if _, err := g.Set(ctx, tgt, a, key, "late by A"); !errors.Is(err, fence.ErrStale) {
+			t.Errorf("A's write to %s = %v, want ErrStale", res, err)
+		}
+		for name, s := range map[string]*server{"s1": s1, "s2": s2} {
+			if v, _ := connect(t, s.addr()).Get(ctx, key).Result(); v == "by B" {
+				shards[name] = true
+			}
+		}
+	}
+	for _, s := range []*server{s1, s2} {
+		libs, err := connect(t, s.addr()).FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: redisguard.LibraryName}).Result()
+		if err != nil || len(libs) != 1 {
+			t.Errorf("library on %s: %v, %v; want it loaded", s, libs, err)
+		}
 	}
 }

@@ -1,5 +1,10 @@
 package redisguard
 
-// FenceScript is the fenced script's text, for the benchmark's arm that
-// measures its cost without the server-life check.
-const FenceScript = fenceScript
+// InfoEachWrite is the fenced function as an EVAL script that reads the
+// server's run_id with INFO server on every call instead of once per Lua
+// virtual machine: the benchmark's arm that prices what the kept run_id
+// saves.
+const InfoEachWrite = olderLua + "local function server_life()" + lifeLua + "end\n" + fenceBody
+
+// LibraryName is the name of the function library the package loads.
+var LibraryName = lib.name

@@ -123,7 +123,7 @@ func (g *Guard) MarkKey(resource string) string { return g.m.markKey(resource) }
 // returns their replies (one per command: "OK" or nil for SET, int64 for
 // the counting commands). cmds run only if t is valid, for tgt's lock,
 // and equal to or newer than the resource's mark, which is then raised to
-// t; the check, the commands and the advance are one Lua script, so no
+// t; the check, the commands and the advance are one Lua function, so no
 // other write of the resource's keys through this package lands between
 // them. Every key must be in the hash slot of the resource's mark (build
 // keys with Key).

@@ -2,6 +2,9 @@ package redisguard
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,9 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fenceScript checks a token against a resource's mark, runs a batch of
-// commands and advances the mark, as one script: Redis runs nothing else
-// in between. The caller's commands arrive as data, never as script text.
+// fenceBody is the fenced function: it checks a token against a
+// resource's mark, runs a batch of commands and advances the mark, as one
+// call: Redis runs nothing else in between. The caller's commands arrive
+// as data, never as code.
 //
 // KEYS[1] is the mark, a hash of "rev" (the revision, canonical decimal),
 // "lock" (the lock name) and "life" (the run_id of the server that wrote
@@ -23,41 +27,51 @@ import (
 // the number of commands, and then per command its name, its number of
 // arguments after the key and those arguments.
 //
-// It returns {"ok", reply...}, or {status, mark revision, mark lock} with
-// status "stale", "wrong_lock", "verify" (the token would raise the mark
-// and mode is ""), "unclaimed" (no mark of this life, and mode is not
-// "c"), or {"error", index, message} for a command Redis refused, after
-// undoing the batch's earlier commands (DUMP before each key's first
-// command, RESTORE or DEL after). Revisions are compared as decimal
-// strings, exactly for every int64.
-const fenceScript = `
-local function older(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
+// When the batch ran it returns the single command's reply as it is (no
+// command of the allow-list replies with an array, and an array around
+// the reply measurably slows a small write), OK for no command, and
+// {"ok", reply...} for several. Otherwise it returns an array:
+// {status, mark revision, mark lock} with status "stale", "wrong_lock",
+// "verify" (the token would raise the mark and mode is ""), "unclaimed"
+// (no mark of this life, and mode is not "c"), or {"error", index,
+// message} for a command Redis refused, after undoing the batch's earlier
+// commands (DUMP before each key's first command, RESTORE or DEL after).
+// Revisions are compared as decimal strings, exactly for every int64. It
+// calls older and server_life, which the library defines (see
+// libraryCode). A single command of no or one argument is called without
+// unpack, which measurably slows a small write.
+const fenceBody = `
 local rev, lock, mode = ARGV[1], ARGV[2], ARGV[3]
 local m = redis.call('HMGET', KEYS[1], 'rev', 'lock', 'life')
+local same = rev == m[1]
 if m[1] then
   if m[2] ~= lock then return {'wrong_lock', m[1], m[2]} end
-  if older(rev, m[1]) then return {'stale', m[1], m[2]} end
+  if not same and older(rev, m[1]) then return {'stale', m[1], m[2]} end
 end
-local info = redis.call('INFO', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-local life = string.sub(info, at + 7, at + 46)
+local life = server_life()
 local claimed = m[1] and m[3] == life
-local raise = not claimed or older(m[1], rev)
+local raise = not claimed or not same
 if not claimed then
   if mode ~= 'c' then return {'unclaimed', m[1] or '', m[2] or ''} end
 elseif raise and mode == '' then
   return {'verify', m[1], m[2]}
 end
 local n = tonumber(ARGV[4])
-local out = {'ok'}
-if n == 1 then
-  local r = redis.pcall(ARGV[5], KEYS[2], unpack(ARGV, 7, 6 + tonumber(ARGV[6])))
-  if type(r) == 'table' and r.err then return {'error', '0', r.err} end
-  out[2] = r
-elseif n > 1 then
+local out
+if n == 0 then
+  out = redis.status_reply('OK')
+elseif n == 1 then
+  local argc = ARGV[6]
+  if argc == '1' then
+    out = redis.pcall(ARGV[5], KEYS[2], ARGV[7])
+  elseif argc == '0' then
+    out = redis.pcall(ARGV[5], KEYS[2])
+  else
+    out = redis.pcall(ARGV[5], KEYS[2], unpack(ARGV, 7, 6 + tonumber(argc)))
+  end
+  if type(out) == 'table' and out.err then return {'error', '0', out.err} end
+else
+  out = {'ok'}
   local undo, seen = {}, {}
   local a = 5
   for i = 1, n do
@@ -90,34 +104,84 @@ end
 return out
 `
 
-// resetScript sets a mark to ARGV[3], ARGV[4] (revision, lock) if it is
+// resetBody sets a mark to ARGV[3], ARGV[4] (revision, lock) if it is
 // exactly ARGV[1], ARGV[2] ("", "" for none), stamped with the server's
 // life. It returns {"ok"} or {"changed", revision, lock}.
-const resetScript = `
+const resetBody = `
 local m = redis.call('HMGET', KEYS[1], 'rev', 'lock')
 if (m[1] or '') ~= ARGV[1] or (m[2] or '') ~= ARGV[2] then
   return {'changed', m[1] or '', m[2] or ''}
 end
-local info = redis.call('INFO', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-local life = string.sub(info, at + 7, at + 46)
-redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'lock', ARGV[4], 'life', life)
+redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'lock', ARGV[4], 'life', server_life())
 return {'ok'}
 `
 
-var (
-	fenceLua = redis.NewScript(fenceScript)
-	resetLua = redis.NewScript(resetScript)
-)
+// olderLua compares two canonical decimal revisions: a < b.
+const olderLua = `
+local function older(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+`
 
-// The modes of fenceScript.
+// lifeLua is the body of a function returning the server's life, its
+// run_id, read from INFO server.
+const lifeLua = `
+  local info = redis.call('INFO', 'server')
+  local at = string.find(info, 'run_id:', 1, true)
+  return string.sub(info, at + 7, at + 46)
+`
+
+// libraryCode is the Redis function library (Redis 7 functions) of
+// fenceBody and resetBody. server_life reads INFO server once per loaded
+// copy of the library and keeps the run_id in a local of the library,
+// which lives only in the server's memory and starts empty whenever the
+// server loads the library (at start, FUNCTION LOAD, RESTORE or FLUSH, a
+// full sync): the kept value is always the running process's own run_id
+// (package doc, Durability). The
+// library's and the functions' names end in a digest of the code (see
+// newLibrary), so that programs of different versions do not replace each
+// other's.
+const libraryCode = `#!lua name=@LIB@
+local function read_life()` + lifeLua + `end
+local life
+local function server_life()
+  if not life then life = read_life() end
+  return life
+end
+` + olderLua + `
+redis.register_function('@FENCE@', function(KEYS, ARGV)` + fenceBody + `end)
+redis.register_function('@RESET@', function(KEYS, ARGV)` + resetBody + `end)
+`
+
+// library is the function library as loaded: its code and names.
+type library struct {
+	code         string
+	name         string // the library's
+	fence, reset string // the functions'
+}
+
+// lib is the library this package loads and calls.
+var lib = newLibrary(libraryCode)
+
+// newLibrary names the library and its functions after a digest of code
+// and returns the code to load.
+func newLibrary(code string) library {
+	sum := sha1.Sum([]byte(code))
+	v := hex.EncodeToString(sum[:6])
+	l := library{name: "fencekit_" + v, fence: "fencekit_fence_" + v, reset: "fencekit_reset_" + v}
+	l.code = strings.NewReplacer("@LIB@", l.name, "@FENCE@", l.fence, "@RESET@", l.reset).Replace(code)
+	return l
+}
+
+// The modes of fenceBody.
 const (
 	modeDecide = ""  // decide from the mark; a raise needs verification
 	modeRaise  = "r" // may raise the mark
 	modeClaim  = "c" // may claim the resource in this server life
 )
 
-// The statuses of fenceScript.
+// The statuses of fenceBody.
 const (
 	statusOK        = "ok"
 	statusStale     = "stale"
@@ -126,6 +190,64 @@ const (
 	statusUnclaimed = "unclaimed"
 	statusError     = "error"
 )
+
+// call runs function fn of the library with FCALL and returns its reply
+// (nil for a nil reply). When the server does not have the library (a new
+// server, a restart without persistence, FUNCTION FLUSH) it loads it and
+// calls again.
+func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) (any, error) {
+	v, err := fcall(ctx, m.cli, fn, keys, args)
+	if err == nil {
+		return v, nil
+	}
+	if strings.HasPrefix(err.Error(), "ERR unknown command") {
+		return nil, fmt.Errorf("the server has no Redis functions (FCALL, Redis 7.0 or later; or the command is renamed): %w", err)
+	}
+	if !strings.HasPrefix(err.Error(), "ERR Function not found") {
+		return nil, err
+	}
+	if err := m.load(ctx, keys[0]); err != nil {
+		return nil, fmt.Errorf("load function library %s: %w", lib.name, err)
+	}
+	return fcall(ctx, m.cli, fn, keys, args)
+}
+
+// fcall runs FCALL; a nil reply is nil, not redis.Nil.
+func fcall(ctx context.Context, cli redis.UniversalClient, fn string, keys []string, args []any) (any, error) {
+	v, err := cli.FCall(ctx, fn, keys, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// load loads the library on the server that holds key: on a cluster the
+// master of key's slot, on a ring every shard. A library already loaded
+// (by another client meanwhile) is not an error.
+func (m *marks) load(ctx context.Context, key string) error {
+	switch c := m.cli.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		return loadOn(ctx, node)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return loadOn(ctx, shard)
+		})
+	}
+	return loadOn(ctx, m.cli)
+}
+
+// loadOn loads the library with FUNCTION LOAD through c.
+func loadOn(ctx context.Context, c redis.Cmdable) error {
+	err := c.FunctionLoad(ctx, lib.code).Err()
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return err
+}
 
 // marks is what Guard and Store share: the client and the key layout.
 type marks struct {
@@ -156,13 +278,13 @@ func validatePrefix(prefix string) error {
 	return nil
 }
 
-// batch is a fenced script's KEYS and the commands' part of ARGV.
+// batch is a fenced call's KEYS and the commands' part of ARGV.
 type batch struct {
 	keys []string
 	args []any
 }
 
-// encode checks cmds for resource and lays them out for fenceScript.
+// encode checks cmds for resource and lays them out for fenceBody.
 func (m *marks) encode(resource string, cmds []Cmd) (batch, error) {
 	mk := m.markKey(resource)
 	slot := Slot(mk)
@@ -189,7 +311,7 @@ func (m *marks) encode(resource string, cmds []Cmd) (batch, error) {
 	return b, nil
 }
 
-// result is fenceScript's answer.
+// result is fenceBody's answer.
 type result struct {
 	status  string
 	mark    fence.Token // for the statuses other than ok and error
@@ -197,17 +319,27 @@ type result struct {
 	cmdErr  *CommandError
 }
 
-// fence runs fenceScript for t on b in mode.
+// fence runs fenceBody for t on b in mode.
 func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode string, b batch, cmds []Cmd) (result, error) {
 	args := make([]any, 0, 3+len(b.args))
 	args = append(args, strconv.FormatInt(t.Revision, 10), t.Lock, mode)
 	args = append(args, b.args...)
-	v, err := fenceLua.Run(ctx, m.cli, b.keys, args...).Slice()
+	reply, err := m.call(ctx, lib.fence, b.keys, args)
 	if err != nil {
-		return result{}, fmt.Errorf("redisguard: fenced script: %w", err)
+		return result{}, fmt.Errorf("redisguard: fenced function: %w", err)
+	}
+	v, isArray := reply.([]any)
+	if !isArray { // the batch ran: the single command's reply, or OK
+		if len(cmds) > 1 {
+			return result{}, fmt.Errorf("redisguard: fenced function: reply %v", reply)
+		}
+		if len(cmds) == 0 {
+			return result{status: statusOK}, nil
+		}
+		return result{status: statusOK, replies: []any{reply}}, nil
 	}
 	if len(v) == 0 {
-		return result{}, fmt.Errorf("redisguard: fenced script: empty reply")
+		return result{}, fmt.Errorf("redisguard: fenced function: empty reply")
 	}
 	status, _ := v[0].(string)
 	switch status {
@@ -215,7 +347,7 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 		return result{status: status, replies: v[1:]}, nil
 	case statusError:
 		if len(v) != 3 {
-			return result{}, fmt.Errorf("redisguard: fenced script: reply %v", v)
+			return result{}, fmt.Errorf("redisguard: fenced function: reply %v", v)
 		}
 		i, _ := strconv.Atoi(fmt.Sprint(v[1]))
 		ce := &CommandError{Resource: resource, Index: i, Msg: fmt.Sprint(v[2])}
@@ -225,7 +357,7 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 		return result{status: status, cmdErr: ce}, nil
 	case statusStale, statusWrongLock, statusVerify, statusUnclaimed:
 		if len(v) != 3 {
-			return result{}, fmt.Errorf("redisguard: fenced script: reply %v", v)
+			return result{}, fmt.Errorf("redisguard: fenced function: reply %v", v)
 		}
 		mark, err := parseMark(fmt.Sprint(v[1]), fmt.Sprint(v[2]))
 		if err != nil {
@@ -233,7 +365,7 @@ func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode 
 		}
 		return result{status: status, mark: mark}, nil
 	}
-	return result{}, fmt.Errorf("redisguard: fenced script: reply %v", v)
+	return result{}, fmt.Errorf("redisguard: fenced function: reply %v", v)
 }
 
 // parseMark reads a mark's fields; "", "" is no mark.
@@ -267,23 +399,24 @@ func (m *marks) mark(ctx context.Context, resource string) (fence.Token, error) 
 	return t, nil
 }
 
-// reset runs resetScript: it sets the mark from old to next, or returns a
+// reset runs resetBody: it sets the mark from old to next, or returns a
 // *guard.MarkChangedError.
 func (m *marks) reset(ctx context.Context, resource string, old, next fence.Token) error {
 	oldRev := ""
 	if !old.IsZero() {
 		oldRev = strconv.FormatInt(old.Revision, 10)
 	}
-	v, err := resetLua.Run(ctx, m.cli, []string{m.markKey(resource)},
-		oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock).Slice()
+	reply, err := m.call(ctx, lib.reset, []string{m.markKey(resource)},
+		[]any{oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock})
 	if err != nil {
 		return fmt.Errorf("redisguard: reset mark: %w", err)
 	}
+	v, _ := reply.([]any)
 	if len(v) == 1 && v[0] == statusOK {
 		return nil
 	}
 	if len(v) != 3 || v[0] != "changed" {
-		return fmt.Errorf("redisguard: reset script: reply %v", v)
+		return fmt.Errorf("redisguard: reset function: reply %v", v)
 	}
 	mark, err := parseMark(fmt.Sprint(v[1]), fmt.Sprint(v[2]))
 	if err != nil {
@@ -292,7 +425,7 @@ func (m *marks) reset(ctx context.Context, resource string, old, next fence.Toke
 	return &guard.MarkChangedError{Resource: resource, Want: old, Mark: mark}
 }
 
-// refusal returns the error of fence.Check for a status of fenceScript
+// refusal returns the error of fence.Check for a status of fenceBody
 // that refused t, or nil.
 func refusal(status string, mark, t fence.Token) error {
 	switch status {

@@ -15,11 +15,13 @@ import (
 )
 
 // server is a redis-server process of a test's own, on a free loopback
-// port, without persistence: a restart forgets every key.
+// port, without automatic persistence (no snapshots unless a test runs
+// SAVE, no AOF): a restart forgets every key saved by no SAVE.
 type server struct {
 	t     testing.TB
 	bin   string
 	port  int
+	dir   string // the working directory, kept across restarts
 	extra []string
 	cmd   *exec.Cmd
 }
@@ -39,7 +41,7 @@ func startServer(t testing.TB, extra ...string) *server {
 			t.Skipf("no redis-server binary to start (%v): install redis-server to run this test", err)
 		}
 	}
-	s := &server{t: t, bin: bin, port: freePort(t), extra: extra}
+	s := &server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), extra: extra}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -62,7 +64,7 @@ func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *server) start() {
 	s.t.Helper()
 	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.t.TempDir(), "--logfile", ""}, s.extra...)
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", ""}, s.extra...)
 	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
@@ -95,8 +97,9 @@ func (s *server) stop() {
 	s.cmd = nil
 }
 
-// restart kills the server and starts it again on the same port, with
-// nothing kept.
+// restart kills the server and starts it again on the same port and in
+// the same directory: it keeps nothing, unless a snapshot was saved
+// there (SAVE), which it loads.
 func (s *server) restart() {
 	s.t.Helper()
 	s.stop()

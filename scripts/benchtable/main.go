@@ -357,7 +357,7 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 		floor, _ := res.get(rw, "floor-ms/op")
 		added := fk - floor
 		return fmt.Sprintf("adds < 5 µs (adds %s)", showMs(added)), verdict(added < 0.005, true)
-	case rw.bench == "Redis" && rw.param == "set" && pair == "fencekit/floor":
+	case rw.bench == "Redis" && strings.HasPrefix(rw.param, "set") && pair == "fencekit/floor":
 		return atMost(1.3)
 	case rw.bench == "Guard" && strings.HasSuffix(rw.param, "-rowcol") && pair == "fencekit/floor":
 		return atMost(1.15)

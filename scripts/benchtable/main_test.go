@@ -137,3 +137,29 @@ func TestVerdictShowsARoundedMedianInFull(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisRows: BenchmarkRedis's rows (module redisguard) get the target
+// fencekit/floor <= 1.3x on every SET row, payload sizes and writers
+// included, and none on the store row.
+func TestRedisRows(t *testing.T) {
+	const in = `BenchmarkRedis/set-2   1   0.06 fencekit-ms/op   0.05 floor-ms/op   100 ops/block   1.2 ratio:fencekit/floor   1.5 ratio:fencekit/floor-max   0.9 ratio:fencekit/floor-min   150 rounds
+BenchmarkRedis/set-16KiB-2   1   0.12 fencekit-ms/op   0.06 floor-ms/op   100 ops/block   2.1 ratio:fencekit/floor   2.5 ratio:fencekit/floor-max   1.1 ratio:fencekit/floor-min   150 rounds
+BenchmarkRedis/store-2   1   0.05 fencekit-ms/op   0.04 floor-ms/op   500 ops/block   1.1 ratio:fencekit/floor   1.3 ratio:fencekit/floor-max   0.9 ratio:fencekit/floor-min   20 rounds
+`
+	res, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, res, "test machine", "cmd")
+	table := out.String()
+	for _, want := range []string{
+		"| Redis | set | fencekit/floor | 1.20x (0.90x–1.50x) |  | ≤ 1.30x | met (median; not every round) |",
+		"| Redis | set-16KiB | fencekit/floor | 2.10x (1.10x–2.50x) |  | ≤ 1.30x | **MISSED** |",
+		"| Redis | store | fencekit/floor | 1.10x (0.90x–1.30x) |  |  |  |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
