@@ -146,8 +146,8 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 
 	// A wakes: its late write is refused, over HTTP and in Go.
 	proxy.Resume()
-	if status := write(a, "late by A"); status != guard.StatusRejected {
-		t.Errorf("A's late write: status %d, want %d", status, guard.StatusRejected)
+	if status := write(a, "late by A"); status != guard.HTTPStatus(fence.Stale) {
+		t.Errorf("A's late write: status %d, want %d", status, guard.HTTPStatus(fence.Stale))
 	}
 	err = g.Do(ctx, guard.Target{Resource: "item/report", Lock: "items"}, a.Fence(), func(context.Context) error { return nil })
 	if !errors.Is(err, fence.ErrStale) {

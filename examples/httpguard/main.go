@@ -270,8 +270,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if status != guard.StatusRejected {
-		return fmt.Errorf("late write of worker A got %d, want %d", status, guard.StatusRejected)
+	if status != guard.HTTPStatus(fence.Stale) {
+		return fmt.Errorf("late write of worker A got %d, want %d", status, guard.HTTPStatus(fence.Stale))
 	}
 
 	// A write without a token is refused too.
@@ -295,8 +295,8 @@ func run() error {
 	}
 	resp.Body.Close()
 	fmt.Println("PUT with a forged token 1099511627776:reports:", resp.Status)
-	if resp.StatusCode != guard.StatusUnverified {
-		return fmt.Errorf("forged token got %d, want %d", resp.StatusCode, guard.StatusUnverified)
+	if resp.StatusCode != guard.HTTPStatus(fence.Unverified) {
+		return fmt.Errorf("forged token got %d, want %d", resp.StatusCode, guard.HTTPStatus(fence.Unverified))
 	}
 
 	// 5. B's report is intact.

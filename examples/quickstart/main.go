@@ -179,7 +179,7 @@ func run() error {
 	// 4. A wakes up and carries on as if nothing happened.
 	proxy.Resume()
 	err = write("A", a.Fence(), -100)
-	var rej *guard.RejectedError
+	var rej *fence.RefusedError
 	if !errors.As(err, &rej) || !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("worker A's late write was not refused as stale: %v", err)
 	}
@@ -187,12 +187,12 @@ func run() error {
 		rej.Token.Revision, rej.Mark.Revision)
 
 	err = setBalance(a.Fence(), 0)
-	var stale *sqlguard.StaleError
+	var stale *fence.RefusedError
 	if !errors.As(err, &stale) {
 		return fmt.Errorf("worker A's late UPDATE was not refused by the database: %v", err)
 	}
 	fmt.Printf("A's late UPDATE refused by SQLite: token %d is older than the row's fence %d\n",
-		stale.Token.Revision, stale.Current.Revision)
+		stale.Token.Revision, stale.Mark.Revision)
 
 	err = retryUnknown(ctx, a.Release)
 	if !errors.Is(err, lease.ErrNotOwner) {

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fencekit/fencekit/fence"
 	"io"
 	"log"
 	"os"
@@ -200,12 +201,12 @@ func run(dsn string, usePgx bool, out io.Writer) (err error) {
 
 	// A wakes up, unaware, and writes with its old token.
 	err = deposit(a, "A", 1000)
-	var stale *sqlguard.StaleError
+	var stale *fence.RefusedError
 	if !errors.As(err, &stale) {
 		return fmt.Errorf("late deposit of A was not refused as stale: %v", err)
 	}
 	fmt.Fprintf(out, "A deposits 1000 late: refused by the database: token %d < mark %d\n",
-		stale.Token.Revision, stale.Current.Revision)
+		stale.Token.Revision, stale.Mark.Revision)
 
 	var owner string
 	var balance int64

@@ -52,7 +52,7 @@ func TestObserved(t *testing.T) {
 				return g.Record(ctx, tx, "req-"+tk.String())
 			})
 		}
-		if err := run(g, forged); !errors.Is(err, sqlguard.ErrUnverified) {
+		if err := run(g, forged); !errors.Is(err, fence.ErrUnverified) {
 			t.Fatalf("forged token: got %v, want ErrUnverified", err)
 		}
 		if err := run(g, real); err != nil {
