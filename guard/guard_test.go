@@ -16,7 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 func tok(lock string, rev int64) fence.Token { return fence.Token{Lock: lock, Revision: rev} }

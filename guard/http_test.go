@@ -16,8 +16,8 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/promtest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

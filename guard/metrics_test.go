@@ -11,7 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/spantest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"

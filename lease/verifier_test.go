@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

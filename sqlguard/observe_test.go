@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/spantest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	"go.opentelemetry.io/otel/attribute"

@@ -14,7 +14,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/grpcguard"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/fencekit/fencekit/sqlguard/pgxguard"

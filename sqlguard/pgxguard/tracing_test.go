@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/fencekit/fencekit/sqlguard/pgxguard"
 	"github.com/jackc/pgx/v5"
