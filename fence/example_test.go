@@ -61,3 +61,16 @@ func ExampleValidateName() {
 	// <nil>
 	// true fence: invalid lock name "orders/eu": contains "/"
 }
+
+// Every refused token is a *RefusedError, whichever resource refused it;
+// its Outcome is the word of the metrics and logs.
+func ExampleRefusedError() {
+	mark := fence.Token{Lock: "orders", Revision: 42}
+	err := fence.Check(mark, fence.Token{Lock: "orders", Revision: 7})
+	var r *fence.RefusedError
+	if errors.As(err, &r) {
+		fmt.Println(r.Outcome, r.Token.Revision, "<", r.Mark.Revision, errors.Is(err, fence.ErrStale))
+	}
+	// Output:
+	// stale 7 < 42 true
+}

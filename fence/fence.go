@@ -16,29 +16,50 @@ const MaxNameLen = 256
 
 var (
 	// ErrStale reports a token older than the mark a resource already
-	// accepted for the same lock. Errors matching it are *StaleError.
+	// accepted for the same lock: its holder was superseded and must stop.
+	// Errors matching it are *RefusedError with Outcome Stale or
+	// MarkAhead.
 	ErrStale = errors.New("fence: stale token")
 	// ErrWrongLock reports a token for a different lock than the one the
-	// resource is bound to. Errors matching it are *WrongLockError.
+	// resource is bound to. Errors matching it are *RefusedError with
+	// Outcome WrongLock.
 	ErrWrongLock = errors.New("fence: token is for a different lock")
+	// ErrMarkAhead reports a token older than a resource's mark that is
+	// nevertheless its lock's current holder's: the mark is ahead of the
+	// lock service and refuses every holder until an operator sets it
+	// back (guard.Guard.ResetMark, sqlguard.Guard.ResetMark). A new etcd
+	// cluster starts revisions again, and so does one restored without
+	// --bump-revision. Errors matching it are *RefusedError with Outcome
+	// MarkAhead, and match ErrStale too.
+	ErrMarkAhead = errors.New("fence: mark ahead of the lock service")
+	// ErrUnverified reports a token that the lock service did not confirm:
+	// when it was checked, the token's lock had no current holder with the
+	// token's revision (see lease.Verifier). Errors matching it are
+	// *RefusedError with Outcome Unverified.
+	ErrUnverified = errors.New("fence: token not issued to the lock's current holder")
+	// ErrMissing reports a write to a fenced resource that carried no
+	// token. Errors matching it are *RefusedError with Outcome Missing.
+	ErrMissing = errors.New("fence: missing fencing token")
 	// ErrInvalid reports a token that no acquisition can have made: a
-	// revision <= 0, or a lock name that ValidateName refuses.
+	// revision <= 0, or a lock name that ValidateName refuses; and, from
+	// the resources that read tokens from requests, one that does not
+	// parse or is sent more than once (*RefusedError with Outcome
+	// Malformed).
 	ErrInvalid = errors.New("fence: invalid token")
 	// ErrInvalidName reports a lock name that ValidateName refuses. Errors
 	// matching it are *NameError, and also match ErrInvalid.
 	ErrInvalidName = errors.New("fence: invalid lock name")
-	// ErrNoMark reports a resource that has accepted no token yet: it has
-	// no mark. guard's Mark and its stores return errors matching it,
-	// never a zero Token.
-	ErrNoMark = errors.New("fence: no mark")
 	// ErrSyntax reports text that is not a token's canonical text form.
 	// Errors matching it are *SyntaxError.
 	ErrSyntax = errors.New("fence: malformed token text")
-	// ErrUnverified reports a token that the lock service did not confirm:
-	// when it was checked, the token's lock had no current holder with the
-	// token's revision (see lease.Verifier). Verifiers return errors
-	// matching it; guard and sqlguard refuse such tokens.
-	ErrUnverified = errors.New("fence: token not issued to the lock's current holder")
+	// ErrNoMark reports a resource that has accepted no token yet: it has
+	// no mark. The Mark methods of guard, its stores and sqlguard return
+	// errors matching it, never a zero Token.
+	ErrNoMark = errors.New("fence: no mark")
+	// ErrMarkChanged reports an operator's reset of a mark (ResetMark of
+	// guard and sqlguard) whose expected old mark is not the resource's
+	// mark: nothing was changed.
+	ErrMarkChanged = errors.New("fence: mark changed")
 )
 
 // Token is a fencing token: the lock's name and the etcd creation revision of
@@ -114,44 +135,13 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// StaleError is the error for a token older than a resource's mark.
-type StaleError struct {
-	// Token is the token that was refused.
-	Token Token
-	// Mark is the highest token the resource had accepted for the lock.
-	Mark Token
-}
-
-func (e *StaleError) Error() string {
-	return fmt.Sprintf("fence: stale token: lock %q revision %d is older than accepted revision %d",
-		e.Token.Lock, e.Token.Revision, e.Mark.Revision)
-}
-
-// Is reports whether target is ErrStale.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
-
-// WrongLockError is the error for a token naming a different lock than the
-// one a resource is bound to.
-type WrongLockError struct {
-	// Token is the token that was refused.
-	Token Token
-	// Want is the lock the resource is bound to.
-	Want string
-}
-
-func (e *WrongLockError) Error() string {
-	return fmt.Sprintf("fence: token for lock %q, resource is bound to lock %q", e.Token.Lock, e.Want)
-}
-
-// Is reports whether target is ErrWrongLock.
-func (e *WrongLockError) Is(target error) bool { return target == ErrWrongLock }
-
 // Check applies the fencing rule: it reports whether a resource whose
 // highest accepted token is mark may accept t. It returns nil when t is for
 // the same lock as mark and t.Revision >= mark.Revision (equal is the same
-// holder writing again); a *StaleError when t is older; a *WrongLockError
-// when t names another lock; and an error matching ErrInvalid when t is
-// invalid. A zero mark means nothing was accepted yet: any valid t passes.
+// holder writing again); a *RefusedError with Outcome Stale (matching
+// ErrStale) when t is older, or WrongLock (matching ErrWrongLock) when t
+// names another lock, with Lock, Token and Mark set and no Resource; and an
+// error matching ErrInvalid when t is invalid. A zero mark means nothing was accepted yet: any valid t passes.
 //
 // Check only decides. The caller must make the check and the write one
 // atomic step and then advance its mark to [Max](mark, t).
@@ -163,10 +153,10 @@ func Check(mark, t Token) error {
 		return nil
 	}
 	if t.Lock != mark.Lock {
-		return &WrongLockError{Token: t, Want: mark.Lock}
+		return &RefusedError{Outcome: WrongLock, Lock: mark.Lock, Token: t, Mark: mark}
 	}
 	if t.Revision < mark.Revision {
-		return &StaleError{Token: t, Mark: mark}
+		return &RefusedError{Outcome: Stale, Lock: mark.Lock, Token: t, Mark: mark}
 	}
 	return nil
 }

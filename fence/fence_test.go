@@ -44,13 +44,15 @@ func TestCheck(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
-	var se *fence.StaleError
+	var se *fence.RefusedError
 	require.ErrorAs(t, fence.Check(mark, fence.Token{"orders", 3}), &se)
+	assert.Equal(t, fence.Stale, se.Outcome)
 	assert.Equal(t, int64(3), se.Token.Revision)
 	assert.Equal(t, mark, se.Mark)
-	var we *fence.WrongLockError
+	var we *fence.RefusedError
 	require.ErrorAs(t, fence.Check(mark, fence.Token{"x", 30}), &we)
-	assert.Equal(t, "orders", we.Want)
+	assert.Equal(t, fence.WrongLock, we.Outcome)
+	assert.Equal(t, "orders", we.Lock)
 }
 
 func TestMax(t *testing.T) {

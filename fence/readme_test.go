@@ -3,7 +3,7 @@ package fence_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 // TestReadmeSnippets: README snippets marked as fence's, and the code

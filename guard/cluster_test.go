@@ -12,8 +12,8 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -86,12 +86,12 @@ func testNewClusterMarkAhead(t *testing.T, newStore func(old *clientv3.Client) g
 		t.Fatal(err)
 	}
 	err = g.Do(ctx, tgt, holder.Fence(), nop)
-	var ahead *guard.MarkAheadError
-	if !errors.As(err, &ahead) || !errors.Is(err, guard.ErrMarkAhead) || !errors.Is(err, guard.ErrRejected) || !errors.Is(err, fence.ErrStale) {
-		t.Fatalf("new cluster's holder against the old mark: %v, want *MarkAheadError matching ErrMarkAhead, ErrRejected and fence.ErrStale", err)
+	var ahead *fence.RefusedError
+	if !errors.As(err, &ahead) || !errors.Is(err, fence.ErrMarkAhead) || ahead.Outcome != fence.MarkAhead || !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("new cluster's holder against the old mark: %v, want *fence.RefusedError (mark_ahead) matching fence.ErrMarkAhead and fence.ErrStale", err)
 	}
 	if ahead.Mark != oldHolder.Fence() || ahead.Token != holder.Fence() || ahead.Resource != tgt.Resource {
-		t.Errorf("MarkAheadError = %+v", ahead)
+		t.Errorf("mark-ahead refusal = %+v", ahead)
 	}
 	for _, s := range []string{"new etcd cluster", "Guard.ResetMark", oldHolder.Fence().String()} {
 		if !strings.Contains(err.Error(), s) {
@@ -99,15 +99,15 @@ func testNewClusterMarkAhead(t *testing.T, newStore func(old *clientv3.Client) g
 		}
 	}
 	recs := logs.Records(t)
-	if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["outcome"] != "stale" || !strings.Contains(recs[0]["msg"].(string), "ResetMark") {
+	if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["outcome"] != "mark_ahead" || !strings.Contains(recs[0]["msg"].(string), "ResetMark") {
 		t.Errorf("log records %v, want one at ERROR naming ResetMark", recs)
 	}
 
 	// Over HTTP: 409 with its own problem type.
 	s := newItemServer(t, g)
 	status, p := send(t, http.MethodPut, s.srv.URL+"/items/1", "x", holder.Fence().String())
-	if status != http.StatusConflict || p.Type != guard.ProblemMarkAhead || p.Mark != oldHolder.Fence().String() {
-		t.Errorf("HTTP: %d %+v, want 409 %s with the mark", status, p, guard.ProblemMarkAhead)
+	if status != http.StatusConflict || p.Type != guard.ProblemType(fence.MarkAhead) || p.Mark != oldHolder.Fence().String() {
+		t.Errorf("HTTP: %d %+v, want 409 %s with the mark", status, p, guard.ProblemType(fence.MarkAhead))
 	}
 
 	// The recovery: reset the mark to the new holder's token.
@@ -130,7 +130,7 @@ func testNewClusterMarkAhead(t *testing.T, newStore func(old *clientv3.Client) g
 		t.Fatal(err)
 	}
 	err = g.Do(ctx, tgt, holder.Fence(), nop)
-	if !errors.Is(err, fence.ErrStale) || errors.Is(err, guard.ErrMarkAhead) || strings.Contains(err.Error(), "ResetMark") {
+	if !errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrMarkAhead) || strings.Contains(err.Error(), "ResetMark") {
 		t.Errorf("superseded holder: %v, want plain stale", err)
 	}
 
@@ -139,7 +139,7 @@ func testNewClusterMarkAhead(t *testing.T, newStore func(old *clientv3.Client) g
 	plain := newGuard(t)
 	plain.Do(ctx, tgt, tok("items", 40), nop)
 	err = plain.Do(ctx, tgt, tok("items", 3), nop)
-	if !errors.Is(err, guard.ErrRejected) || errors.Is(err, guard.ErrMarkAhead) ||
+	if !errors.As(err, new(*fence.RefusedError)) || errors.Is(err, fence.ErrMarkAhead) ||
 		!strings.Contains(err.Error(), "new etcd cluster") || !strings.Contains(err.Error(), "Guard.ResetMark") {
 		t.Errorf("stale without a verifier: %v, want the hint naming a new cluster and ResetMark", err)
 	}

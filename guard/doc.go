@@ -35,23 +35,26 @@
 //
 // # Answers
 //
-// HTTP: a missing token is 428, a malformed one 400, a stale or wrong-lock
-// one 409 Conflict (type ProblemStale, ProblemWrongLock, or
-// ProblemMarkAhead, see below), an unverified one (see below) 403
-// Forbidden, a failure to decide (the store or verifier failed or ran out
-// of its budget, or the request ended while waiting) 503, each with an RFC 9457 application/problem+json body
-// ([Problem]) naming the resource, the token received and the mark. gRPC
-// (package grpcguard): stale or wrong lock is codes.Aborted, a mark ahead
-// codes.FailedPrecondition, unverified codes.PermissionDenied, missing or malformed codes.InvalidArgument, with
-// a google.rpc.ErrorInfo detail; a store or verifier failure
+// Every decision has a fence.Outcome, and every refusal is a
+// *fence.RefusedError naming the resource, the token received and the
+// mark, whose Outcome picks the answer from one table per transport.
+// HTTP ([HTTPStatus], [ProblemType]): a missing token is 428, a malformed
+// one 400, a stale, wrong-lock or mark-ahead one (see below) 409
+// Conflict, an unverified one (see below) 403 Forbidden, a failure to
+// decide (the store or verifier failed or ran out of its budget, or the
+// request ended while waiting) 503, each with an RFC 9457
+// application/problem+json body ([Problem]) carrying the outcome's word.
+// gRPC (package grpcguard): stale or wrong lock is codes.Aborted, a mark
+// ahead codes.FailedPrecondition, unverified codes.PermissionDenied,
+// missing or malformed codes.InvalidArgument, with a
+// google.rpc.ErrorInfo detail; a store or verifier failure
 // codes.Unavailable, and a call whose own context ended codes.Canceled or
-// codes.DeadlineExceeded. In Go,
-// [Guard.Do] refuses with errors matching [ErrRejected] together with
-// fence.ErrStale (and [ErrMarkAhead] when the mark is ahead) or
-// fence.ErrWrongLock, [ErrUnverified] together with
-// fence.ErrUnverified, or [ErrMalformed], and fails with [ErrUnavailable]
-// or the ctx's error; [TokenFromHeader] returns
-// [ErrMissing] or [ErrMalformed].
+// codes.DeadlineExceeded. In Go, [Guard.Do] refuses with a
+// *fence.RefusedError matching fence.ErrStale (and fence.ErrMarkAhead
+// when the mark is ahead), fence.ErrWrongLock, fence.ErrUnverified or
+// fence.ErrInvalid (malformed), and fails with [ErrUnavailable] or the
+// ctx's error; [TokenFromHeader] returns a refusal matching
+// fence.ErrMissing or fence.ErrInvalid.
 //
 // # Verification
 //
@@ -121,8 +124,8 @@
 // that outlives it, an etcdstore.Store in another cluster, sqlguard's
 // tables) refuse every new holder as stale. With a verifier the Guard
 // tells this from a superseded holder: a stale token the verifier confirms
-// as the current holder's is refused with a *[MarkAheadError]
-// ([ErrMarkAhead]; HTTP 409 [ProblemMarkAhead], gRPC FailedPrecondition),
+// as the current holder's is refused with outcome mark_ahead
+// (fence.ErrMarkAhead; HTTP 409, gRPC FailedPrecondition),
 // logged at Error. Without one it cannot tell, and the stale error says
 // what to do if the holder is current. Either way the mark is
 // set back with [Guard.ResetMark], an operator's action that names the

@@ -13,8 +13,8 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -106,8 +106,8 @@ func TestEndToEndPausedHolder(t *testing.T) {
 	// A wakes up and, unaware, writes with its old token.
 	proxy.Resume()
 	status, p := write(a, "late by A")
-	if status != guard.StatusRejected || p.Type != guard.ProblemStale {
-		t.Errorf("A's late write: status %d, problem %+v; want %d %s", status, p, guard.StatusRejected, guard.ProblemStale)
+	if status != guard.HTTPStatus(fence.Stale) || p.Type != guard.ProblemType(fence.Stale) {
+		t.Errorf("A's late write: status %d, problem %+v; want %d %s", status, p, guard.HTTPStatus(fence.Stale), guard.ProblemType(fence.Stale))
 	}
 	if p.Token != a.Fence().String() || p.Mark != b.Fence().String() || p.Resource != "item/report" {
 		t.Errorf("problem %+v, want token %s, mark %s, resource item/report", p, a.Fence(), b.Fence())

@@ -14,7 +14,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -74,7 +74,7 @@ func TestEtcdStoreTwoReplicas(t *testing.T) {
 		t.Fatalf("A with 5: %v", err)
 	}
 	err := b.g.Do(ctx, tgt, tok("orders", 3), writeAs("b3"))
-	var rej *guard.RejectedError
+	var rej *fence.RefusedError
 	if !errors.As(err, &rej) || !errors.Is(err, fence.ErrStale) || rej.Mark != tok("orders", 5) {
 		t.Errorf("B with 3 after A's 5: %v, want stale with mark 5", err)
 	}
@@ -95,7 +95,7 @@ func TestEtcdStoreTwoReplicas(t *testing.T) {
 	if mark, err := b.store.Advance(ctx, tgt.Resource, tok("payments", 1000)); !errors.Is(err, fence.ErrWrongLock) || mark != tok("orders", 7) {
 		t.Errorf("store Advance with another lock: %v, %v; want ErrWrongLock and mark 7", mark, err)
 	}
-	if err := b.g.Do(ctx, tgt, tok("orders", 0), writeAs("zero")); !errors.Is(err, guard.ErrMalformed) {
+	if err := b.g.Do(ctx, tgt, tok("orders", 0), writeAs("zero")); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("revision 0: %v, want ErrMalformed", err)
 	}
 	if want := []string{"a5", "b7", "a7"}; !slices.Equal(applied, want) {
@@ -272,7 +272,7 @@ func TestEtcdStoreCorruptMark(t *testing.T) {
 		t.Error("write ran over a corrupt mark")
 		return nil
 	})
-	if err == nil || errors.Is(err, guard.ErrRejected) || !errors.Is(err, fence.ErrSyntax) {
+	if err == nil || errors.As(err, new(*fence.RefusedError)) || !errors.Is(err, fence.ErrSyntax) {
 		t.Errorf("Do over corrupt mark: %v, want a store failure wrapping fence.ErrSyntax", err)
 	}
 }
@@ -285,7 +285,7 @@ func TestHTTPTwoReplicasOnEtcd(t *testing.T) {
 		t.Fatalf("write with 70 to replica B: %d", status)
 	}
 	status, p := send(t, http.MethodPut, a.srv.URL+"/items/9", "old", "60:items")
-	if status != http.StatusConflict || p.Type != guard.ProblemStale || p.Mark != "70:items" || p.Token != "60:items" {
+	if status != http.StatusConflict || p.Type != guard.ProblemType(fence.Stale) || p.Mark != "70:items" || p.Token != "60:items" {
 		t.Errorf("write with 60 to replica A: %d %+v, want 409 stale with mark 70", status, p)
 	}
 	if got := a.item("9"); got != "" {

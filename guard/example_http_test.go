@@ -105,3 +105,17 @@ func ExampleGuard_Mark() {
 	// true
 	// 12:reports <nil>
 }
+
+// Every refusal's answer comes from its outcome: one table for the
+// status and the problem type.
+func ExampleHTTPStatus() {
+	for _, o := range []fence.Outcome{fence.Stale, fence.MarkAhead, fence.Unverified, fence.Missing, fence.Failed} {
+		fmt.Println(o, guard.HTTPStatus(o), strings.TrimPrefix(guard.ProblemType(o), "https://pkg.go.dev/github.com/fencekit/fencekit/guard"))
+	}
+	// Output:
+	// stale 409 #ProblemStale
+	// mark_ahead 409 #ProblemMarkAhead
+	// unverified 403 #ProblemUnverified
+	// missing 428 #ProblemMissing
+	// failed 503 #ProblemUnavailable
+}

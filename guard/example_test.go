@@ -31,8 +31,8 @@ func ExampleGuard_Do() {
 	// Holder B (revision 12) writes; holder A (revision 7) was superseded.
 	fmt.Println(g.Do(ctx, report, fence.Token{Lock: "report-writer", Revision: 12}, write))
 	err = g.Do(ctx, report, fence.Token{Lock: "report-writer", Revision: 7}, write)
-	fmt.Println(errors.Is(err, guard.ErrRejected), errors.Is(err, fence.ErrStale))
-	var rej *guard.RejectedError
+	fmt.Println(errors.As(err, new(*fence.RefusedError)), errors.Is(err, fence.ErrStale))
+	var rej *fence.RefusedError
 	if errors.As(err, &rej) {
 		fmt.Println("mark:", rej.Mark)
 	}
@@ -63,7 +63,7 @@ func ExampleGuard_Claim() {
 	})
 	fmt.Println(err)
 	// Output:
-	// guard: resource "results" refused token: fence: stale token: lock "jobs" revision 31 is older than accepted revision 40; if this is the lock's current holder, the mark is ahead of the lock service (a new etcd cluster starts revisions again): reset it with Guard.ResetMark
+	// fence: resource "results" refused stale token: lock "jobs" revision 31 is older than accepted revision 40: if this is the lock's current holder, the mark is ahead of the lock service (a new etcd cluster starts revisions again): reset it with Guard.ResetMark
 }
 
 // An HTTP service fenced by the middleware, and a client that sends its

@@ -22,13 +22,13 @@ func checkTokenFrom(t *testing.T, vs []string, tok fence.Token, err error) {
 	t.Helper()
 	switch len(vs) {
 	case 0:
-		if !errors.Is(err, guard.ErrMissing) || errors.Is(err, guard.ErrMalformed) {
+		if !errors.Is(err, fence.ErrMissing) || errors.Is(err, fence.ErrInvalid) {
 			t.Fatalf("no value: %v, want ErrMissing", err)
 		}
 	case 1:
 		want, perr := fence.Parse(vs[0])
 		if perr != nil {
-			if !errors.Is(err, guard.ErrMalformed) || !errors.Is(err, fence.ErrSyntax) || errors.Is(err, guard.ErrMissing) {
+			if !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrSyntax) || errors.Is(err, fence.ErrMissing) {
 				t.Fatalf("value %q: %v, want ErrMalformed and fence.ErrSyntax", vs[0], err)
 			}
 			break
@@ -43,7 +43,7 @@ func checkTokenFrom(t *testing.T, vs []string, tok fence.Token, err error) {
 			t.Fatalf("value %q: accepted an invalid token: %v", vs[0], verr)
 		}
 	default:
-		if !errors.Is(err, guard.ErrMalformed) {
+		if !errors.Is(err, fence.ErrInvalid) {
 			t.Fatalf("%d values: %v, want ErrMalformed", len(vs), err)
 		}
 	}

@@ -16,46 +16,17 @@ import (
 )
 
 var (
-	// ErrMissing reports a fenced request that carried no fencing token.
-	ErrMissing = errors.New("guard: missing fencing token")
-	// ErrMalformed reports a fencing token that cannot be used: text that
-	// is not a token's canonical form, more than one token in one request,
-	// or a token no acquisition can have made (revision <= 0, empty lock
-	// name). Errors matching it also match fence.ErrSyntax or
-	// fence.ErrInvalid.
-	ErrMalformed = errors.New("guard: malformed fencing token")
-	// ErrRejected reports a token that a resource refused: older than the
-	// resource's mark, or for a different lock. Errors matching it are
-	// *RejectedError and also match fence.ErrStale or fence.ErrWrongLock.
-	ErrRejected = errors.New("guard: fencing token rejected")
 	// ErrInvalidTarget reports a Target with an empty resource name, or a
 	// lock name that fence.ValidateName refuses (errors for those also
 	// match fence.ErrInvalidName).
 	ErrInvalidTarget = errors.New("guard: invalid target")
-	// ErrUnverified reports a token newer than a resource's mark that the
-	// Guard's Verifier (WithVerifier) did not confirm as its lock's current
-	// holder's. Errors matching it are *UnverifiedError and also match
-	// fence.ErrUnverified.
-	ErrUnverified = errors.New("guard: fencing token not verified")
-	// ErrMarkChanged reports a ResetMark whose expected old mark is not
-	// the resource's mark. Errors matching it are *MarkChangedError.
-	ErrMarkChanged = errors.New("guard: mark changed")
-	// ErrMarkAhead reports a token older than the resource's mark that
-	// the Guard's Verifier confirms as its lock's current holder's: the
-	// mark is ahead of the lock service, and refuses every holder until
-	// an operator sets it back with Guard.ResetMark. A new etcd cluster
-	// starts revisions again (at 2 for the first lock), so a mark kept
-	// from an earlier cluster does this; so does a cluster restored
-	// without --bump-revision, or a forged token that raised the mark
-	// before a verifier was configured. Errors matching it are
-	// *MarkAheadError, and also match ErrRejected and fence.ErrStale.
-	ErrMarkAhead = errors.New("guard: mark ahead of the lock service")
 	// ErrUnavailable reports that a Guard could not decide because its
 	// Store or Verifier failed, or gave no answer within the check budget
 	// (WithCheckTimeout), while the caller's ctx was still live: nothing
-	// was admitted and the mark did not move. It is safe to retry (HTTP
-	// 503, gRPC Unavailable). A decision cut short by the caller's own ctx
-	// returns an error matching ctx.Err() instead, never ErrUnavailable.
+	// was admitted and the mark did not move (outcome fence.Failed). It is
+	// safe to retry (HTTP 503, gRPC Unavailable). A decision cut short by
+	// the caller's own ctx returns an error matching ctx.Err() instead,
+	// never ErrUnavailable.
 	ErrUnavailable = errors.New("guard: fencing check unavailable")
 )
 
@@ -63,69 +34,15 @@ var (
 // WithCheckTimeout.
 const DefaultCheckTimeout = 5 * time.Second
 
-// RejectedError is the error for a token that a resource refused.
-type RejectedError struct {
-	// Resource is the resource that refused the token.
-	Resource string
-	// Token is the token that was refused.
-	Token fence.Token
-	// Mark is the resource's mark when the token was refused: the highest
-	// token it had accepted. It is zero when the token was refused for
-	// naming another lock than the Target's before the mark was read.
-	Mark fence.Token
-	// Err says why: a *fence.StaleError or a *fence.WrongLockError.
-	Err error
-
-	unconfirmed bool // stale, and no verifier told a superseded holder from a mark ahead
-}
-
-func (e *RejectedError) Error() string {
-	msg := fmt.Sprintf("guard: resource %q refused token: %v", e.Resource, e.Err)
-	if e.unconfirmed {
-		msg += "; if this is the lock's current holder, the mark is ahead of the lock service" +
-			" (a new etcd cluster starts revisions again): reset it with Guard.ResetMark"
-	}
-	return msg
-}
-
-// Is reports whether target is ErrRejected.
-func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
-
-// Unwrap returns e.Err, so errors.Is(err, fence.ErrStale) and
-// errors.Is(err, fence.ErrWrongLock) tell the two reasons apart.
-func (e *RejectedError) Unwrap() error { return e.Err }
-
-// MarkAheadError is the error for a token older than a resource's mark
-// that the Guard's Verifier confirmed as its lock's current holder's (see
-// ErrMarkAhead). It matches ErrMarkAhead and ErrRejected, and through Err
-// fence.ErrStale.
-type MarkAheadError struct {
-	// Resource is the resource that refused the token.
-	Resource string
-	// Token is the current holder's token, refused.
-	Token fence.Token
-	// Mark is the resource's mark, ahead of every token the lock service
-	// issues now.
-	Mark fence.Token
-	// Err is the *fence.StaleError of the refusal.
-	Err error
-}
-
-func (e *MarkAheadError) Error() string {
-	return fmt.Sprintf("guard: resource %q refused the current holder of lock %q: its mark, revision %d, "+
-		"is ahead of the lock service, which issued revision %d; a new etcd cluster starts revisions again, "+
-		"and so does one restored without --bump-revision: stop the writers of the old cluster, "+
-		"then set the mark back with Guard.ResetMark(ctx, %q, %s, %s)",
-		e.Resource, e.Token.Lock, e.Mark.Revision, e.Token.Revision, e.Resource, e.Mark, e.Token)
-}
-
-// Is reports whether target is ErrMarkAhead or ErrRejected.
-func (e *MarkAheadError) Is(target error) bool {
-	return target == ErrMarkAhead || target == ErrRejected
-}
-
-// Unwrap returns e.Err.
-func (e *MarkAheadError) Unwrap() error { return e.Err }
+// The advice that a stale refusal carries in its Err: without a verifier
+// a Guard cannot tell a superseded holder from a mark ahead of the lock
+// service (fence.MarkAhead), with one it can.
+var (
+	errAheadUnconfirmed = errors.New("if this is the lock's current holder, the mark is ahead of the lock service" +
+		" (a new etcd cluster starts revisions again): reset it with Guard.ResetMark")
+	errAhead = errors.New("a new etcd cluster starts revisions again, and so does one restored without --bump-revision:" +
+		" stop the writers of the old cluster, then set the mark back with Guard.ResetMark")
+)
 
 // Target names a protected resource and the lock whose holders may write it.
 type Target struct {
@@ -146,56 +63,9 @@ func (t Target) validate() error {
 	return nil
 }
 
-// outcome is what a Guard decided about one token: the "outcome" of log
-// records and of fencekit_guard_decisions_total.
-type outcome int
-
-const (
-	// accepted: the token was equal to or newer than the mark.
-	accepted outcome = iota + 1
-	// stale: the token was older than the mark.
-	stale
-	// wrongLock: the token was for another lock than the resource's.
-	wrongLock
-	// missing: a fenced request carried no token.
-	missing
-	// malformed: the token could not be parsed or was invalid.
-	malformed
-	// failed: no decision was made; the store or the Verifier failed,
-	// the Target was invalid, or the context ended while waiting for the
-	// resource.
-	failed
-	// unverified: the token was newer than the mark, and the Verifier
-	// (WithVerifier) did not confirm it.
-	unverified
-)
-
-// String returns the outcome's name as used in logs and metrics:
-// "accepted", "stale", "wrong_lock", "missing", "malformed", "failed" or
-// "unverified".
-func (o outcome) String() string {
-	switch o {
-	case accepted:
-		return "accepted"
-	case stale:
-		return "stale"
-	case wrongLock:
-		return "wrong_lock"
-	case missing:
-		return "missing"
-	case malformed:
-		return "malformed"
-	case failed:
-		return "failed"
-	case unverified:
-		return "unverified"
-	}
-	return fmt.Sprintf("outcome(%d)", int(o))
-}
-
 // event describes one decision, for metrics and the log.
 type event struct {
-	outcome        outcome
+	outcome        fence.Outcome
 	resource, lock string      // the Target the token was checked against
 	token          fence.Token // zero when missing or unparsable
 	mark           fence.Token // the mark after the decision, when known
@@ -235,7 +105,8 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 //   - "fence_lock": a hash of the token's lock name, only when it differs
 //     from the Target's (outcome wrong_lock);
 //   - "mark": the revision of the resource's mark, when known;
-//   - "error": the reason, for outcomes failed and unverified.
+//   - "error": the reason, for outcomes failed, unverified and
+//     mark_ahead.
 //
 // Never an owner token: those never reach this package. By default nothing
 // is logged.
@@ -251,9 +122,10 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithMetrics registers the Guard's Prometheus metrics on reg (nothing is
 // registered globally): fencekit_guard_decisions_total{outcome} counts
-// decisions by Outcome ("accepted", "stale", "wrong_lock", "missing",
-// "malformed", "failed", "unverified"). Label values are fixed words,
-// never lock names or tokens, unless WithResourceLabel adds the resource name. Guards
+// decisions by fence.Outcome ("accepted", "stale", "wrong_lock",
+// "mark_ahead", "unverified", "missing", "malformed", "failed"). Label
+// values are fixed words, never lock names or tokens, unless
+// WithResourceLabel adds the resource name. Guards
 // registering on the same reg share the counter, so they must agree on
 // WithResourceLabel: New fails otherwise.
 func WithMetrics(reg prometheus.Registerer) Option {
@@ -365,11 +237,15 @@ func New(store Store, opts ...Option) (*Guard, error) {
 // write receives ctx carrying t (fence.NewContext), and must finish its
 // effects before it returns.
 //
-// Otherwise Do does not call write and returns an error matching
-// ErrRejected (stale or wrong lock), ErrMalformed (t invalid, for example
-// a revision <= 0), ErrInvalidTarget, ErrUnverified (see WithVerifier),
-// ErrUnavailable when the store or verifier failed or ran out of the check
-// budget (WithCheckTimeout), or ctx.Err() when ctx ended first. When
+// Otherwise Do does not call write. A refused t gets a *fence.RefusedError
+// naming the resource, the token and the mark, whose Outcome says why:
+// fence.Stale, fence.WrongLock, fence.Malformed (t invalid, for example a
+// revision <= 0), fence.Unverified (see WithVerifier) or fence.MarkAhead
+// (matching fence.ErrStale, fence.ErrWrongLock, fence.ErrInvalid,
+// fence.ErrUnverified, fence.ErrMarkAhead). Failing to decide returns an
+// error matching ErrInvalidTarget, ErrUnavailable when the store or
+// verifier failed or ran out of the check budget (WithCheckTimeout), or
+// ctx.Err() when ctx ended first. When
 // write fails the mark stays advanced: the holder of t remains entitled
 // to the resource.
 //
@@ -382,12 +258,14 @@ func (g *Guard) Do(ctx context.Context, tgt Target, t fence.Token, write func(ct
 	return err
 }
 
-// Serve is Do for transports that read the token from a request (the HTTP
-// middleware, package grpcguard's interceptors). tokErr is the error of
-// reading it (see TokenFromValues), nil when t was read: a non-nil tokErr
-// is reported to metrics, the log and the span (WithTracerProvider) as
-// outcome missing (when it matches ErrMissing) or malformed, and returned
-// without calling write.
+// Serve is Do for transports that read the token from a request: package
+// grpcguard's interceptors, and a service's own transport (a queue
+// consumer, say) that carries tokens in its messages; the HTTP middleware
+// uses it too. tokErr is the error of reading it (see TokenFromValues),
+// nil when t was read: a non-nil tokErr is reported to metrics, the log
+// and the span (WithTracerProvider) as outcome fence.Missing (when it
+// matches fence.ErrMissing) or fence.Malformed, and returned as a
+// *fence.RefusedError naming the Target, without calling write.
 // Otherwise Serve is Do. ran reports whether write ran, so that a
 // transport can pass write's errors on unchanged and translate the
 // Guard's refusals for its clients.
@@ -399,15 +277,48 @@ func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr err
 	}
 	if tokErr != nil {
 		sctx, span := g.startSpan(ctx, opServe, tgt)
-		ev := event{outcome: malformed, resource: tgt.Resource, lock: tgt.Lock, err: tokErr}
-		if errors.Is(tokErr, ErrMissing) {
-			ev.outcome = missing
+		ev := event{outcome: fence.Malformed, resource: tgt.Resource, lock: tgt.Lock}
+		if errors.Is(tokErr, fence.ErrMissing) {
+			ev.outcome = fence.Missing
 		}
+		ev.err = unreadable(ev, tokErr)
 		g.observe(sctx, ev)
 		endSpan(span, ev)
-		return false, tokErr
+		return false, ev.err
 	}
 	return g.do(ctx, opServe, tgt, t, write)
+}
+
+// unreadable is the refusal of a token that could not be read (ev's
+// outcome missing or malformed) with error err: err's own
+// *fence.RefusedError, as TokenFromValues returns, named for ev's Target.
+func unreadable(ev event, err error) *fence.RefusedError {
+	var r *fence.RefusedError
+	if !errors.As(err, &r) {
+		return refusal(ev, ev.outcome, err)
+	}
+	named := *r
+	named.Outcome, named.Resource, named.Lock = ev.outcome, ev.resource, ev.lock
+	return &named
+}
+
+// storeRefusal is the refusal of outcome o for the decision ev, from the
+// store's error err: err itself when it is fence.Check's fresh
+// *fence.RefusedError for ev's token (the Store contract), named here for
+// ev's resource without another allocation; a new one otherwise.
+func storeRefusal(ev event, o fence.Outcome, err error) *fence.RefusedError {
+	r, ok := err.(*fence.RefusedError)
+	if !ok || r.Outcome != o || r.Resource != "" || r.Token != ev.token || r.Err != nil {
+		return refusal(ev, o, nil)
+	}
+	r.Resource, r.Lock, r.Mark = ev.resource, ev.lock, ev.mark
+	return r
+}
+
+// refusal is the *fence.RefusedError of outcome o for the decision ev,
+// with detail err.
+func refusal(ev event, o fence.Outcome, err error) *fence.RefusedError {
+	return &fence.RefusedError{Outcome: o, Resource: ev.resource, Lock: ev.lock, Token: ev.token, Mark: ev.mark, Err: err}
 }
 
 // do is Do, reporting whether write ran, so that callers can tell write's
@@ -434,7 +345,7 @@ func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock fu
 	}
 	unlock, err := g.lock(ctx, tgt.Resource)
 	if err != nil {
-		ev.outcome, ev.err = failed, err
+		ev.outcome, ev.err = fence.Failed, err
 		return nil, ev
 	}
 	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
@@ -446,13 +357,13 @@ func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock fu
 	} else {
 		unlock = g.advance(ctx, tgt, t, &ev, unlock)
 	}
-	if ev.outcome == accepted {
+	if ev.outcome == fence.Accepted {
 		return unlock, ev
 	}
 	if unlock != nil {
 		unlock()
 	}
-	if ev.outcome == stale {
+	if ev.outcome == fence.Stale {
 		g.diagnoseStale(ctx, &ev)
 	}
 	return nil, ev
@@ -462,16 +373,15 @@ func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock fu
 // token of another lock. It reports whether t is still to be decided.
 func (g *Guard) precheck(tgt Target, t fence.Token, ev *event) bool {
 	if err := tgt.validate(); err != nil {
-		ev.outcome, ev.err = failed, err
+		ev.outcome, ev.err = fence.Failed, err
 		return false
 	}
 	if err := t.Validate(); err != nil {
-		ev.outcome, ev.err = malformed, fmt.Errorf("%w: %w", ErrMalformed, err)
+		ev.outcome, ev.err = fence.Malformed, refusal(*ev, fence.Malformed, err)
 		return false
 	}
 	if t.Lock != tgt.Lock {
-		ev.outcome = wrongLock
-		ev.err = &RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
+		ev.outcome, ev.err = fence.WrongLock, refusal(*ev, fence.WrongLock, nil)
 		return false
 	}
 	return true
@@ -540,7 +450,7 @@ func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *even
 		}
 		var err error
 		if unlock, err = g.lock(ctx, tgt.Resource); err != nil {
-			ev.outcome, ev.err = failed, err
+			ev.outcome, ev.err = fence.Failed, err
 			return nil
 		}
 	}
@@ -554,23 +464,24 @@ func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *even
 
 // diagnoseStale tells the two causes of a stale token apart: a holder
 // that was superseded (the usual case), and a mark ahead of the lock
-// service (see ErrMarkAhead), which the verifier reveals by confirming
-// the token as the current holder's. Without a verifier it cannot tell,
-// and the error says what to do if the mark is ahead. It costs one
-// Verify per stale refusal.
+// service (outcome fence.MarkAhead), which the verifier reveals by
+// confirming the token as the current holder's. Without a verifier it
+// cannot tell, and the error says what to do if the mark is ahead. It
+// costs one Verify per stale refusal.
 func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
-	var rej *RejectedError
+	var rej *fence.RefusedError
 	if !errors.As(ev.err, &rej) {
 		return
 	}
 	if g.ver == nil {
-		rej.unconfirmed = true
+		rej.Err = errAheadUnconfirmed
 		return
 	}
 	bctx, cancel := g.budgetFor(ctx)
 	defer cancel()
 	if g.ver.Verify(bctx, ev.token) == nil {
-		ev.err = &MarkAheadError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: rej.Err}
+		rej.Outcome, rej.Err = fence.MarkAhead, errAhead
+		ev.outcome = fence.MarkAhead
 	}
 }
 
@@ -579,13 +490,13 @@ func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
 func (g *Guard) decide(ctx context.Context, ev *event, err error) {
 	switch {
 	case err == nil:
-		ev.outcome = accepted
+		ev.outcome = fence.Accepted
 	case errors.Is(err, fence.ErrStale):
-		ev.outcome, ev.err = stale, &RejectedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
+		ev.outcome, ev.err = fence.Stale, storeRefusal(*ev, fence.Stale, err)
 	case errors.Is(err, fence.ErrWrongLock):
-		ev.outcome, ev.err = wrongLock, &RejectedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
+		ev.outcome, ev.err = fence.WrongLock, storeRefusal(*ev, fence.WrongLock, err)
 	default:
-		ev.outcome, ev.err = failed, g.failure(ctx, fmt.Sprintf("advance mark of %q", ev.resource), err)
+		ev.outcome, ev.err = fence.Failed, g.failure(ctx, fmt.Sprintf("advance mark of %q", ev.resource), err)
 	}
 }
 
@@ -593,8 +504,7 @@ func (g *Guard) decide(ctx context.Context, ev *event, err error) {
 // error may also be the Verifier's.
 func (g *Guard) decideVerified(ctx context.Context, ev *event, err error) {
 	if errors.Is(err, fence.ErrUnverified) {
-		ev.outcome = unverified
-		ev.err = &UnverifiedError{Resource: ev.resource, Token: ev.token, Mark: ev.mark, Err: err}
+		ev.outcome, ev.err = fence.Unverified, unverified(*ev, err)
 		return
 	}
 	g.decide(ctx, ev, err)
@@ -612,7 +522,7 @@ func (g *Guard) readMark(ctx context.Context, tgt Target, t fence.Token, ev *eve
 		mark, err = fence.Token{}, nil
 	}
 	if err != nil {
-		ev.outcome, ev.err = failed, g.failure(ctx, fmt.Sprintf("read mark of %q", tgt.Resource), err)
+		ev.outcome, ev.err = fence.Failed, g.failure(ctx, fmt.Sprintf("read mark of %q", tgt.Resource), err)
 		return mark, false
 	}
 	ev.mark = mark
@@ -633,11 +543,25 @@ func (g *Guard) verify(ctx context.Context, tgt Target, t, mark fence.Token, ev 
 	case err == nil:
 		return true
 	case errors.Is(err, fence.ErrUnverified):
-		ev.outcome, ev.err = unverified, &UnverifiedError{Resource: tgt.Resource, Token: t, Mark: mark, Err: err}
+		ev.mark = mark
+		ev.outcome, ev.err = fence.Unverified, unverified(*ev, err)
 	default:
-		ev.outcome, ev.err = failed, g.failure(ctx, fmt.Sprintf("verify token for %q", tgt.Resource), err)
+		ev.outcome, ev.err = fence.Failed, g.failure(ctx, fmt.Sprintf("verify token for %q", tgt.Resource), err)
 	}
 	return false
+}
+
+// unverified is the refusal of the decision ev for the Verifier's answer
+// err, matching fence.ErrUnverified: the verifier's *fence.RefusedError
+// (lease.Verifier's) named for ev's resource, or a new one around err.
+func unverified(ev event, err error) *fence.RefusedError {
+	var r *fence.RefusedError
+	if !errors.As(err, &r) || r.Outcome != fence.Unverified {
+		return refusal(ev, fence.Unverified, err)
+	}
+	named := *r
+	named.Resource, named.Lock, named.Token, named.Mark = ev.resource, ev.lock, ev.token, ev.mark
+	return &named
 }
 
 // bounded calls f with ctx bounded by the check budget (budgetFor), or
@@ -725,15 +649,13 @@ func (g *Guard) observe(ctx context.Context, e event) {
 	}
 	level, msg := slog.LevelWarn, "guard: fencing token refused"
 	switch e.outcome {
-	case accepted:
+	case fence.Accepted:
 		level, msg = slog.LevelDebug, "guard: fencing token accepted"
-	case missing:
+	case fence.Missing:
 		msg = "guard: fencing token missing"
-	case failed:
+	case fence.Failed:
 		level, msg = slog.LevelError, "guard: fencing check failed"
-	}
-	var ahead *MarkAheadError
-	if errors.As(e.err, &ahead) {
+	case fence.MarkAhead:
 		level, msg = slog.LevelError, "guard: mark ahead of the lock service; reset it (Guard.ResetMark)"
 	}
 	if !g.log.Enabled(ctx, level) {
@@ -753,7 +675,7 @@ func (g *Guard) observe(ctx context.Context, e event) {
 	if !e.mark.IsZero() {
 		attrs = append(attrs, slog.Int64("mark", e.mark.Revision))
 	}
-	if (e.outcome == failed || e.outcome == unverified || ahead != nil) && e.err != nil {
+	if (e.outcome == fence.Failed || e.outcome == fence.Unverified || e.outcome == fence.MarkAhead) && e.err != nil {
 		attrs = append(attrs, slog.String("error", e.err.Error()))
 	}
 	g.log.LogAttrs(ctx, level, msg, attrs...)

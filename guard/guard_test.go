@@ -16,7 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 func tok(lock string, rev int64) fence.Token { return fence.Token{Lock: lock, Revision: rev} }
@@ -106,11 +106,11 @@ func TestDoRule(t *testing.T) {
 		{"first", tok("orders", 5), nil, 5},
 		{"equal", tok("orders", 5), nil, 5},
 		{"newer", tok("orders", 9), nil, 9},
-		{"older", tok("orders", 7), []error{guard.ErrRejected, fence.ErrStale}, 9},
-		{"wrong lock, higher revision", tok("payments", 100), []error{guard.ErrRejected, fence.ErrWrongLock}, 9},
-		{"revision zero", tok("orders", 0), []error{guard.ErrMalformed, fence.ErrInvalid}, 9},
-		{"negative revision", tok("orders", -4), []error{guard.ErrMalformed, fence.ErrInvalid}, 9},
-		{"zero token", fence.Token{}, []error{guard.ErrMalformed, fence.ErrInvalid}, 9},
+		{"older", tok("orders", 7), []error{fence.ErrStale}, 9},
+		{"wrong lock, higher revision", tok("payments", 100), []error{fence.ErrWrongLock}, 9},
+		{"revision zero", tok("orders", 0), []error{fence.ErrInvalid}, 9},
+		{"negative revision", tok("orders", -4), []error{fence.ErrInvalid}, 9},
+		{"zero token", fence.Token{}, []error{fence.ErrInvalid}, 9},
 		{"equal again", tok("orders", 9), nil, 9},
 	}
 	var wantApplied []fence.Token
@@ -136,7 +136,7 @@ func TestDoRule(t *testing.T) {
 		t.Errorf("applied %v, want %v", applied, wantApplied)
 	}
 
-	var rej *guard.RejectedError
+	var rej *fence.RefusedError
 	err := g.Do(ctx, tgt, tok("orders", 3), write)
 	if !errors.As(err, &rej) {
 		t.Fatalf("Do(stale) = %v, want *RejectedError", err)
@@ -269,7 +269,7 @@ func TestClaim(t *testing.T) {
 	if err := g.Claim(ctx, tok("jobs", 6), "a"); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("stale Claim = %v, want ErrStale", err)
 	}
-	if err := g.Claim(ctx, tok("jobs", 0), "a"); !errors.Is(err, guard.ErrMalformed) {
+	if err := g.Claim(ctx, tok("jobs", 0), "a"); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("Claim with revision 0 = %v, want ErrMalformed", err)
 	}
 }
@@ -388,7 +388,7 @@ func (n *naiveGuard) do(ctx context.Context, rev int64, write func(context.Conte
 	mark := n.mark
 	n.mu.Unlock()
 	if rev < mark {
-		return &fence.StaleError{Token: tok("l", rev), Mark: tok("l", mark)}
+		return &fence.RefusedError{Outcome: fence.Stale, Token: tok("l", rev), Mark: tok("l", mark)}
 	}
 	time.Sleep(time.Millisecond)
 	n.mu.Lock()

@@ -11,58 +11,74 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// The HTTP statuses the middleware answers with. Stale and wrong-lock
-// tokens both get StatusRejected: 409 Conflict, not 412, because 412 is
-// the answer to the standard conditional headers (If-Match and friends)
-// that a service may use alongside fencing, and 409 is the HTTP mapping of
-// gRPC's codes.Aborted, which the gRPC interceptors use.
-const (
-	// StatusMissing answers a fenced request without a token: 428
-	// Precondition Required.
-	StatusMissing = http.StatusPreconditionRequired
-	// StatusMalformed answers a token that is not valid: 400 Bad Request.
-	StatusMalformed = http.StatusBadRequest
-	// StatusRejected answers a stale or wrong-lock token: 409 Conflict.
-	StatusRejected = http.StatusConflict
-	// StatusUnverified answers a newer token that the Guard's Verifier
-	// did not confirm: 403 Forbidden. Resending it cannot help.
-	StatusUnverified = http.StatusForbidden
-)
+// httpAnswer is how the middleware answers one outcome: a status, and the
+// type and title of the problem+json body.
+type httpAnswer struct {
+	status         int
+	problem, title string
+}
 
-// The RFC 9457 problem types in the "type" member of the middleware's
-// problem+json bodies. Each is the address of its own documentation.
-const (
-	// ProblemStale: the token is older than the resource's mark; status
-	// 409. The holder was superseded: it must stop, not retry.
-	ProblemStale = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemStale"
-	// ProblemWrongLock: the token is for another lock than the one bound
-	// to the resource; status 409.
-	ProblemWrongLock = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemWrongLock"
-	// ProblemMissing: a fenced request carried no Header; status 428.
-	ProblemMissing = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMissing"
-	// ProblemMalformed: the Header is not one valid token; status 400.
-	ProblemMalformed = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMalformed"
-	// ProblemUnverified: the token is newer than the resource's mark but
-	// the lock service did not confirm it as its lock's current holder's
-	// (see WithVerifier); status 403. The mark did not move.
-	ProblemUnverified = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnverified"
-	// ProblemMarkAhead: the token is older than the resource's mark, but
-	// the Guard's verifier confirms it as its lock's current holder's:
-	// the mark is ahead of the lock service (see ErrMarkAhead); status
-	// 409. No holder can write until an operator resets the mark
-	// (Guard.ResetMark).
-	ProblemMarkAhead = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemMarkAhead"
-	// ProblemUnavailable: the guard could not decide (store or verifier
-	// failure or no answer within the check budget, or the request ended
-	// while waiting); status 503, safe to retry.
-	ProblemUnavailable = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#ProblemUnavailable"
-)
+// problemBase prefixes the problem types; each names the type in the
+// words of this package's earlier constants, kept for clients matching
+// them.
+const problemBase = "https://pkg.go.dev/github.com/fencekit/fencekit/guard#Problem"
+
+// httpAnswers is the one table of the middleware's refusals, by outcome.
+// Stale, wrong-lock and mark-ahead tokens get 409 Conflict, not 412,
+// because 412 answers the standard conditional headers (If-Match and
+// friends) that a service may use alongside fencing, and 409 is the HTTP
+// mapping of gRPC's codes.Aborted, which package grpcguard uses.
+var httpAnswers = [...]httpAnswer{
+	fence.Stale:      {http.StatusConflict, problemBase + "Stale", "Stale fencing token"},
+	fence.WrongLock:  {http.StatusConflict, problemBase + "WrongLock", "Fencing token for another lock"},
+	fence.MarkAhead:  {http.StatusConflict, problemBase + "MarkAhead", "Fencing mark ahead of the lock service"},
+	fence.Unverified: {http.StatusForbidden, problemBase + "Unverified", "Fencing token not verified"},
+	fence.Missing:    {http.StatusPreconditionRequired, problemBase + "Missing", "Fencing token required"},
+	fence.Malformed:  {http.StatusBadRequest, problemBase + "Malformed", "Malformed fencing token"},
+	fence.Failed:     {http.StatusServiceUnavailable, problemBase + "Unavailable", "Fencing check unavailable"},
+}
+
+// answer returns the table's row for o; the zero row for Accepted and
+// unknown outcomes.
+func answer(o fence.Outcome) httpAnswer {
+	if int(o) < len(httpAnswers) {
+		return httpAnswers[o]
+	}
+	return httpAnswer{}
+}
+
+// HTTPStatus returns the status with which the middleware (see
+// Guard.Middleware) refuses a request whose outcome is o:
+//
+//   - fence.Stale, fence.WrongLock, fence.MarkAhead: 409 Conflict;
+//   - fence.Unverified: 403 Forbidden (resending cannot help);
+//   - fence.Missing: 428 Precondition Required;
+//   - fence.Malformed: 400 Bad Request;
+//   - fence.Failed: 503 Service Unavailable, safe to retry (an invalid
+//     Target from the route func gets 500 instead).
+//
+// It returns 0 for fence.Accepted, which the middleware does not answer.
+func HTTPStatus(o fence.Outcome) int { return answer(o).status }
+
+// ProblemType returns the RFC 9457 problem type, the "type" member of the
+// middleware's problem+json body (see Problem), for outcome o; "" for
+// fence.Accepted. Each is this package's documentation address followed
+// by a fragment: "#ProblemStale", "#ProblemWrongLock",
+// "#ProblemMarkAhead" (no holder can write until an operator resets the
+// mark with Guard.ResetMark), "#ProblemUnverified" (the mark did not
+// move), "#ProblemMissing", "#ProblemMalformed" and "#ProblemUnavailable"
+// (fence.Failed). The body's "outcome" member carries o's word.
+func ProblemType(o fence.Outcome) string { return answer(o).problem }
 
 // Problem is the RFC 9457 body (media type application/problem+json) of
 // the middleware's refusals. Clients may decode it to learn the mark.
 type Problem struct {
-	// Type is one of the Problem* constants.
+	// Type is the problem type of the outcome (ProblemType).
 	Type string `json:"type"`
+	// Outcome is the outcome's word (fence.Outcome.String): "stale",
+	// "wrong_lock", "mark_ahead", "unverified", "missing", "malformed" or
+	// "failed".
+	Outcome string `json:"outcome,omitempty"`
 	// Title is a short fixed summary of Type.
 	Title string `json:"title"`
 	// Status is the HTTP status code.
@@ -119,23 +135,23 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 // with the token in the request context (fence.FromContext). Otherwise it
 // answers with an application/problem+json body (see Problem):
 //
-//   - no token: 428 (StatusMissing), type ProblemMissing;
+//   - no token (fence.Missing): 428;
 //   - a token that does not parse or is invalid (revision <= 0, several
-//     Header lines): 400 (StatusMalformed), type ProblemMalformed;
-//   - a stale token: 409 (StatusRejected), type ProblemStale, naming the
-//     resource, the token received and the mark;
-//   - a token for another lock: 409 (StatusRejected), type
-//     ProblemWrongLock;
+//     Header lines; fence.Malformed): 400;
+//   - a stale token (fence.Stale): 409, naming the resource, the token
+//     received and the mark;
+//   - a token for another lock (fence.WrongLock): 409;
 //   - with WithVerifier, a stale token the verifier confirms as the
-//     current holder's (the mark is ahead, see ErrMarkAhead): 409, type
-//     ProblemMarkAhead;
-//   - with WithVerifier, a newer token the verifier did not confirm: 403
-//     (StatusUnverified), type ProblemUnverified;
+//     current holder's (the mark is ahead, fence.MarkAhead): 409;
+//   - with WithVerifier, a newer token the verifier did not confirm
+//     (fence.Unverified): 403;
 //   - a store or verifier failure, one that gave no answer within the
 //     Guard's check budget (WithCheckTimeout, default 5 s, so a request
 //     without a deadline gets it too), or the request ended while
-//     waiting: 503, type ProblemUnavailable; an invalid Target from
-//     route: 500.
+//     waiting (fence.Failed): 503; an invalid Target from route: 500.
+//
+// HTTPStatus and ProblemType give the status and the problem type of
+// each outcome.
 //
 // Requests whose method is unfenced (by default GET, HEAD and OPTIONS; see
 // WithUnfencedMethods) and requests route declines pass unchecked; when
@@ -194,45 +210,29 @@ func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) func(http.Handle
 
 // problemFor describes a refusal of t for tgt with error err.
 func problemFor(tgt Target, t fence.Token, err error) Problem {
-	p := Problem{Resource: tgt.Resource, Lock: tgt.Lock, Detail: err.Error()}
+	o := fence.OutcomeOf(err)
+	a := answer(o)
+	p := Problem{Type: a.problem, Outcome: o.String(), Title: a.title, Status: a.status,
+		Resource: tgt.Resource, Lock: tgt.Lock, Detail: err.Error()}
 	if !t.IsZero() {
 		p.Token = t.String()
 	}
-	var rej *RejectedError
-	var unv *UnverifiedError
-	var ahead *MarkAheadError
+	var r *fence.RefusedError
+	if errors.As(err, &r) && !r.Mark.IsZero() {
+		p.Mark = r.Mark.String()
+	}
 	switch {
-	case errors.As(err, &ahead):
-		p.Type, p.Title, p.Status = ProblemMarkAhead, "Fencing mark ahead of the lock service", StatusRejected
-		p.Mark = ahead.Mark.String()
-	case errors.As(err, &unv):
-		p.Type, p.Title, p.Status = ProblemUnverified, "Fencing token not verified", StatusUnverified
-		if !unv.Mark.IsZero() {
-			p.Mark = unv.Mark.String()
-		}
+	case o == fence.Unverified:
 		p.Detail = fmt.Sprintf("token %s is not the fencing token of lock %q's current holder; the mark of resource %q did not move", t, t.Lock, tgt.Resource)
-	case errors.As(err, &rej):
-		p.Status = StatusRejected
-		if !rej.Mark.IsZero() {
-			p.Mark = rej.Mark.String()
-		}
-		if errors.Is(err, fence.ErrWrongLock) {
-			p.Type, p.Title = ProblemWrongLock, "Fencing token for another lock"
-			p.Detail = fmt.Sprintf("resource %q is bound to lock %q; the token is for lock %q", tgt.Resource, tgt.Lock, t.Lock)
-		} else {
-			p.Type, p.Title = ProblemStale, "Stale fencing token"
-			p.Detail = fmt.Sprintf("token revision %d is older than revision %d, already accepted for resource %q", t.Revision, rej.Mark.Revision, tgt.Resource)
-		}
-	case errors.Is(err, ErrMissing):
-		p.Type, p.Title, p.Status = ProblemMissing, "Fencing token required", StatusMissing
+	case o == fence.WrongLock:
+		p.Detail = fmt.Sprintf("resource %q is bound to lock %q; the token is for lock %q", tgt.Resource, tgt.Lock, t.Lock)
+	case o == fence.Stale:
+		p.Detail = fmt.Sprintf("token revision %d is older than revision %d, already accepted for resource %q", t.Revision, r.Mark.Revision, tgt.Resource)
+	case o == fence.Missing:
 		p.Detail = fmt.Sprintf("writes to resource %q must carry the %s header", tgt.Resource, Header)
-	case errors.Is(err, ErrMalformed):
-		p.Type, p.Title, p.Status = ProblemMalformed, "Malformed fencing token", StatusMalformed
 	case errors.Is(err, ErrInvalidTarget):
 		p.Type, p.Title, p.Status = "about:blank", "Internal Server Error", http.StatusInternalServerError
 		p.Detail = ""
-	default:
-		p.Type, p.Title, p.Status = ProblemUnavailable, "Fencing check unavailable", http.StatusServiceUnavailable
 	}
 	return p
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/promtest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -160,14 +160,14 @@ func TestHTTPRule(t *testing.T) {
 		{"first", []string{"5:items"}, http.StatusNoContent, "", "", ""},
 		{"newer", []string{"8:items"}, http.StatusNoContent, "", "", ""},
 		{"equal", []string{"8:items"}, http.StatusNoContent, "", "", ""},
-		{"older", []string{"6:items"}, http.StatusConflict, guard.ProblemStale, "6:items", "8:items"},
-		{"wrong lock, higher", []string{"900:payments"}, http.StatusConflict, guard.ProblemWrongLock, "900:payments", ""},
-		{"missing", nil, http.StatusPreconditionRequired, guard.ProblemMissing, "", ""},
-		{"malformed", []string{"eight:items"}, http.StatusBadRequest, guard.ProblemMalformed, "", ""},
-		{"revision zero", []string{"0:items"}, http.StatusBadRequest, guard.ProblemMalformed, "", ""},
-		{"negative revision", []string{"-8:items"}, http.StatusBadRequest, guard.ProblemMalformed, "", ""},
-		{"no lock name", []string{"9:"}, http.StatusBadRequest, guard.ProblemMalformed, "", ""},
-		{"two tokens", []string{"9:items", "10:items"}, http.StatusBadRequest, guard.ProblemMalformed, "", ""},
+		{"older", []string{"6:items"}, http.StatusConflict, guard.ProblemType(fence.Stale), "6:items", "8:items"},
+		{"wrong lock, higher", []string{"900:payments"}, http.StatusConflict, guard.ProblemType(fence.WrongLock), "900:payments", ""},
+		{"missing", nil, http.StatusPreconditionRequired, guard.ProblemType(fence.Missing), "", ""},
+		{"malformed", []string{"eight:items"}, http.StatusBadRequest, guard.ProblemType(fence.Malformed), "", ""},
+		{"revision zero", []string{"0:items"}, http.StatusBadRequest, guard.ProblemType(fence.Malformed), "", ""},
+		{"negative revision", []string{"-8:items"}, http.StatusBadRequest, guard.ProblemType(fence.Malformed), "", ""},
+		{"no lock name", []string{"9:"}, http.StatusBadRequest, guard.ProblemType(fence.Malformed), "", ""},
+		{"two tokens", []string{"9:items", "10:items"}, http.StatusBadRequest, guard.ProblemType(fence.Malformed), "", ""},
 		{"equal after refusals", []string{"8:items"}, http.StatusNoContent, "", "", ""},
 	}
 	var want []fence.Token
@@ -196,7 +196,7 @@ func TestHTTPRule(t *testing.T) {
 		t.Errorf("item = %q, refused writes must leave it alone", got)
 	}
 	wantOutcomes := map[string]float64{"outcome=accepted": 4, "outcome=stale": 1, "outcome=wrong_lock": 1, "outcome=missing": 1,
-		"outcome=malformed": 5, "outcome=failed": 0, "outcome=unverified": 0}
+		"outcome=malformed": 5, "outcome=failed": 0, "outcome=mark_ahead": 0, "outcome=unverified": 0}
 	if got := promtest.Values(t, reg, "fencekit_guard_decisions_total"); !maps.Equal(got, wantOutcomes) {
 		t.Errorf("decisions %v, want %v", got, wantOutcomes)
 	}
@@ -232,7 +232,7 @@ func TestHTTPUnfencedMethods(t *testing.T) {
 
 	// With every method fenced, GET needs a token.
 	fenced := newItemServer(t, newGuard(t), guard.WithUnfencedMethods())
-	if status, p := send(t, http.MethodGet, fenced.srv.URL+"/items/1", ""); status != http.StatusPreconditionRequired || p.Type != guard.ProblemMissing {
+	if status, p := send(t, http.MethodGet, fenced.srv.URL+"/items/1", ""); status != http.StatusPreconditionRequired || p.Type != guard.ProblemType(fence.Missing) {
 		t.Errorf("fenced GET without token: status %d, problem %+v; want 428", status, p)
 	}
 }
@@ -269,11 +269,11 @@ func TestTransport(t *testing.T) {
 		t.Fatalf("PUT with token 20 in ctx and 1 in header: %v, %v", resp, err)
 	}
 	old := fence.NewContext(context.Background(), tok("items", 19))
-	if resp, err := put(old, "c", ""); err != nil || resp.StatusCode != guard.StatusRejected {
+	if resp, err := put(old, "c", ""); err != nil || resp.StatusCode != guard.HTTPStatus(fence.Stale) {
 		t.Fatalf("PUT with stale token in ctx: %v, %v; want 409", resp, err)
 	}
 	// No token in ctx: sent as is.
-	if resp, err := put(context.Background(), "d", ""); err != nil || resp.StatusCode != guard.StatusMissing {
+	if resp, err := put(context.Background(), "d", ""); err != nil || resp.StatusCode != guard.HTTPStatus(fence.Missing) {
 		t.Fatalf("PUT without token: %v, %v; want 428", resp, err)
 	}
 	// An invalid token in ctx is not sent.
@@ -292,7 +292,7 @@ func TestTransport(t *testing.T) {
 
 func TestTokenFromHeader(t *testing.T) {
 	h := http.Header{}
-	if _, err := guard.TokenFromHeader(h); !errors.Is(err, guard.ErrMissing) {
+	if _, err := guard.TokenFromHeader(h); !errors.Is(err, fence.ErrMissing) {
 		t.Errorf("empty header: %v, want ErrMissing", err)
 	}
 	h.Set(guard.Header, "12:a%20b")
@@ -300,7 +300,7 @@ func TestTokenFromHeader(t *testing.T) {
 		t.Errorf("TokenFromHeader = %v, %v; want 12:a b", got, err)
 	}
 	h.Set(guard.Header, "12:a b")
-	if _, err := guard.TokenFromHeader(h); !errors.Is(err, guard.ErrMalformed) || !errors.Is(err, fence.ErrSyntax) {
+	if _, err := guard.TokenFromHeader(h); !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrSyntax) {
 		t.Errorf("unescaped space: %v, want ErrMalformed and fence.ErrSyntax", err)
 	}
 }
@@ -326,7 +326,7 @@ func TestHTTPConcurrentWritesNeverGoBackwards(t *testing.T) {
 		switch resp.StatusCode {
 		case http.StatusNoContent:
 			return nil
-		case guard.StatusRejected:
+		case guard.HTTPStatus(fence.Stale):
 			return fence.ErrStale
 		}
 		return errors.New(resp.Status)

@@ -3,12 +3,13 @@ package guard
 import (
 	"fmt"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are a Guard's Prometheus collectors. The outcome label takes the
-// fixed words of Outcome.String; the resource label exists only with
+// fixed words of fence.Outcome.String; the resource label exists only with
 // WithResourceLabel.
 type metrics struct {
 	decisions *prometheus.CounterVec // outcome[, resource]
@@ -17,7 +18,7 @@ type metrics struct {
 
 func newMetrics(resource bool) *metrics {
 	labels := []string{"outcome"}
-	help := "Fencing decisions by outcome: accepted, stale, wrong_lock, missing, malformed, unverified (newer token the verifier did not confirm), failed (store or verifier error, invalid target or request ended while waiting)."
+	help := "Fencing decisions by outcome: accepted, stale, wrong_lock, mark_ahead (stale, but the current holder's: reset the mark), unverified (newer token the verifier did not confirm), missing, malformed, failed (store or verifier error, invalid target or request ended while waiting)."
 	if resource {
 		labels = append(labels, "resource")
 		help += " Labelled with the resource name."
@@ -31,10 +32,6 @@ func newMetrics(resource bool) *metrics {
 	}
 }
 
-// allOutcomes lists every Outcome, so that the series of a Guard without
-// the resource label exist from the start at zero.
-var allOutcomes = []outcome{accepted, stale, wrongLock, missing, malformed, failed, unverified}
-
 // register registers m's collector on reg. A collector that an earlier
 // Guard registered there with the same labels is shared, so several Guards
 // can report to one registry. A Guard with WithResourceLabel and one
@@ -46,7 +43,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	}
 	m.decisions = decisions
 	if !m.resource {
-		for _, o := range allOutcomes {
+		for _, o := range fence.Outcomes() {
 			m.decisions.WithLabelValues(o.String())
 		}
 	}

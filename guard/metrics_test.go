@@ -11,7 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,7 +44,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	// Every outcome's series exists before any decision.
 	want := map[string]float64{
 		"outcome=accepted": 0, "outcome=stale": 0, "outcome=wrong_lock": 0,
-		"outcome=missing": 0, "outcome=malformed": 0, "outcome=failed": 0,
+		"outcome=missing": 0, "outcome=malformed": 0, "outcome=failed": 0, "outcome=mark_ahead": 0,
 		"outcome=unverified": 0,
 	}
 	if got := counters(t, reg, name); !equalCounts(got, want) {
@@ -76,13 +76,13 @@ func TestMetricsCountDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second Guard on the same registry: %v", err)
 	}
-	if err := g2.Do(ctx, tgt, tok("orders", 12), nop); err == nil || errors.Is(err, guard.ErrRejected) {
+	if err := g2.Do(ctx, tgt, tok("orders", 12), nop); err == nil || errors.As(err, new(*fence.RefusedError)) {
 		t.Fatalf("Do on a failing store = %v, want a store error", err)
 	}
 
 	want = map[string]float64{
 		"outcome=accepted": 2, "outcome=stale": 1, "outcome=wrong_lock": 1,
-		"outcome=missing": 1, "outcome=malformed": 2, "outcome=failed": 1,
+		"outcome=missing": 1, "outcome=malformed": 2, "outcome=failed": 1, "outcome=mark_ahead": 0,
 		"outcome=unverified": 0,
 	}
 	if got := counters(t, reg, name); !equalCounts(got, want) {

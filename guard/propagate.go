@@ -16,29 +16,33 @@ const (
 	Header = "Fencing-Token"
 )
 
-// TokenFromHeader returns the token carried by h. It returns an error
-// matching ErrMissing when h has no Header, and one matching ErrMalformed
-// when it has more than one or its value is not a valid token.
+// TokenFromHeader returns the token carried by h. It returns a
+// *fence.RefusedError with Outcome fence.Missing (matching
+// fence.ErrMissing) when h has no Header, and one with Outcome
+// fence.Malformed (matching fence.ErrInvalid) when it has more than one or
+// its value is not a valid token.
 func TokenFromHeader(h http.Header) (fence.Token, error) {
 	return TokenFromValues(h.Values(Header))
 }
 
 // TokenFromValues returns the token carried by the values of one header
 // line or metadata key of a request, for transports other than HTTP
-// (package grpcguard uses it): an error matching ErrMissing for no value,
-// and one matching ErrMalformed for several or for a value that is not a
-// valid token.
+// (package grpcguard uses it): a *fence.RefusedError with Outcome
+// fence.Missing for no value, and one with Outcome fence.Malformed (whose
+// Err is the reason) for several or for a value that is not a valid token.
+// Its Resource is empty: Serve names the Target.
 func TokenFromValues(vs []string) (fence.Token, error) {
 	switch len(vs) {
 	case 0:
-		return fence.Token{}, ErrMissing
+		return fence.Token{}, &fence.RefusedError{Outcome: fence.Missing}
 	case 1:
 	default:
-		return fence.Token{}, fmt.Errorf("%w: %d tokens in one request", ErrMalformed, len(vs))
+		return fence.Token{}, &fence.RefusedError{Outcome: fence.Malformed,
+			Err: fmt.Errorf("guard: %d tokens in one request", len(vs))}
 	}
 	t, err := fence.Parse(vs[0])
 	if err != nil {
-		return fence.Token{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return fence.Token{}, &fence.RefusedError{Outcome: fence.Malformed, Err: err}
 	}
 	return t, nil
 }

@@ -3,7 +3,7 @@ package guard_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 // TestReadmeSnippets: the README's guard snippets are the bodies (or

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/fencekit/fencekit/fence"
@@ -17,7 +18,9 @@ type Store interface {
 	//
 	// When t is refused it returns the mark that refused it and the error
 	// from fence.Check (matching fence.ErrStale, fence.ErrWrongLock or
-	// fence.ErrInvalid), and the mark is unchanged. Any other error means
+	// fence.ErrInvalid), and the mark is unchanged. That error is the
+	// caller's: a Guard names its resource in the *fence.RefusedError, so
+	// return the fresh one of each fence.Check call, never a shared value. Any other error means
 	// the store could not decide; the mark may or may not have advanced.
 	Advance(ctx context.Context, resource string, t fence.Token) (fence.Token, error)
 	// Mark returns the resource's mark. When none was accepted it
@@ -67,9 +70,9 @@ func (s *MemoryStore) Mark(_ context.Context, resource string) (fence.Token, err
 }
 
 // ResetMark implements Resetter: it sets the resource's mark to next if it
-// is exactly old (the zero Token: no mark), and returns a
-// *MarkChangedError otherwise. Use Guard.ResetMark, which logs the reset
-// and waits for the resource's in-flight write.
+// is exactly old (the zero Token: no mark), and returns an error matching
+// fence.ErrMarkChanged otherwise. Use Guard.ResetMark, which logs the
+// reset and waits for the resource's in-flight write.
 func (s *MemoryStore) ResetMark(_ context.Context, resource string, old, next fence.Token) error {
 	if err := ValidateReset(resource, old, next); err != nil {
 		return err
@@ -77,7 +80,7 @@ func (s *MemoryStore) ResetMark(_ context.Context, resource string, old, next fe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if mark := s.marks[resource]; mark != old {
-		return &MarkChangedError{Resource: resource, Want: old, Mark: mark}
+		return fmt.Errorf("guard: mark of %q is %s, not %s: not reset: %w", resource, mark, old, fence.ErrMarkChanged)
 	}
 	if s.marks == nil {
 		s.marks = map[string]fence.Token{}

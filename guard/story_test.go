@@ -14,10 +14,10 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -146,8 +146,8 @@ func TestFullStoryKeepsOwnerTokensSecret(t *testing.T) {
 
 	// A wakes: its late write is refused, over HTTP and in Go.
 	proxy.Resume()
-	if status := write(a, "late by A"); status != guard.StatusRejected {
-		t.Errorf("A's late write: status %d, want %d", status, guard.StatusRejected)
+	if status := write(a, "late by A"); status != guard.HTTPStatus(fence.Stale) {
+		t.Errorf("A's late write: status %d, want %d", status, guard.HTTPStatus(fence.Stale))
 	}
 	err = g.Do(ctx, guard.Target{Resource: "item/report", Lock: "items"}, a.Fence(), func(context.Context) error { return nil })
 	if !errors.Is(err, fence.ErrStale) {

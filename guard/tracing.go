@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -37,8 +38,8 @@ const (
 // the caller's, not a child of the Guard's span.
 //
 // Each span carries the fields of the log records of WithLogger:
-// "fencekit.outcome" (accepted, stale, wrong_lock, missing, malformed,
-// unverified, failed), "fencekit.resource" (the resource name),
+// "fencekit.outcome" (the fence.Outcome: accepted, stale, wrong_lock,
+// mark_ahead, unverified, missing, malformed, failed), "fencekit.resource" (the resource name),
 // "fencekit.lock" (LockHash of the Target's lock, the "fencekit.lock" of
 // package lease's spans), "fencekit.fence" (the token's revision, an
 // int64), "fencekit.fence_lock" (LockHash of the token's lock, when it is
@@ -94,7 +95,7 @@ func endSpan(span trace.Span, e event) {
 		attrs = append(attrs, attrMark.Int64(e.mark.Revision))
 	}
 	span.SetAttributes(attrs...)
-	if e.outcome != accepted {
+	if e.outcome != fence.Accepted {
 		span.SetStatus(otelcodes.Error, statusText(e))
 	}
 	span.End()
@@ -102,17 +103,16 @@ func endSpan(span trace.Span, e event) {
 
 // statusText describes a refusal for a span's status without lock names.
 func statusText(e event) string {
-	var ahead *MarkAheadError
 	switch {
-	case errors.As(e.err, &ahead):
+	case e.outcome == fence.MarkAhead:
 		return "guard: mark ahead of the lock service; reset it (Guard.ResetMark)"
-	case e.outcome == stale:
+	case e.outcome == fence.Stale:
 		return "guard: stale fencing token"
-	case e.outcome == wrongLock:
+	case e.outcome == fence.WrongLock:
 		return "guard: fencing token for another lock"
-	case e.outcome == missing:
+	case e.outcome == fence.Missing:
 		return "guard: fencing token missing"
-	case e.outcome == malformed:
+	case e.outcome == fence.Malformed:
 		return "guard: malformed fencing token"
 	case e.err == nil:
 		return "guard: " + e.outcome.String()

@@ -10,9 +10,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/spantest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -235,12 +235,12 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 	if st := write(ctx, b.Fence()); st != http.StatusNoContent {
 		t.Fatalf("B's write: %d", st)
 	}
-	if st := write(ctx, a.Fence()); st != guard.StatusRejected {
-		t.Fatalf("A's late write: %d, want %d", st, guard.StatusRejected)
+	if st := write(ctx, a.Fence()); st != guard.HTTPStatus(fence.Stale) {
+		t.Fatalf("A's late write: %d, want %d", st, guard.HTTPStatus(fence.Stale))
 	}
 	forged := fence.Token{Lock: "items", Revision: b.Fence().Revision + 1000}
-	if st := write(ctx, forged); st != guard.StatusUnverified {
-		t.Fatalf("forged token: %d, want %d", st, guard.StatusUnverified)
+	if st := write(ctx, forged); st != guard.HTTPStatus(fence.Unverified) {
+		t.Fatalf("forged token: %d, want %d", st, guard.HTTPStatus(fence.Unverified))
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Fatalf("B release: %v", err)

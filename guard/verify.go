@@ -30,12 +30,13 @@ type Verifier interface {
 // repeated writes cost no verification; each acquisition costs one Verify
 // per resource, on its first write. A stale token is refused whatever v
 // says, and then costs one Verify: if v confirms it as the current
-// holder's, the mark is ahead of the lock service and the error is a
-// *MarkAheadError (ErrMarkAhead) instead of a plain stale refusal.
+// holder's, the mark is ahead of the lock service and the refusal's
+// Outcome is fence.MarkAhead (fence.ErrMarkAhead) instead of fence.Stale.
 //
-// A token v does not confirm is refused with an error matching
-// ErrUnverified (outcome unverified; HTTP 403, gRPC PermissionDenied) and
-// the mark does not move. When v cannot tell, the outcome is failed (HTTP
+// A token v does not confirm is refused with a *fence.RefusedError of
+// Outcome fence.Unverified (fence.ErrUnverified; HTTP 403, gRPC
+// PermissionDenied) whose Err is v's answer, and the mark does not move.
+// When v cannot tell, the outcome is failed (HTTP
 // 503, gRPC Unavailable, an error matching ErrUnavailable): a Guard with a
 // verifier never admits a newer token it could not verify. Each Verify
 // gets the check budget (WithCheckTimeout), and runs without the resource
@@ -68,75 +69,36 @@ type VerifyingStore interface {
 	AdvanceVerified(ctx context.Context, resource string, t fence.Token, v Verifier) (fence.Token, error)
 }
 
-// UnverifiedError is the error for a token newer than a resource's mark
-// that the Guard's Verifier did not confirm. It matches ErrUnverified and,
-// through Err, fence.ErrUnverified.
-type UnverifiedError struct {
-	// Resource is the resource that refused the token.
-	Resource string
-	// Token is the token that was refused.
-	Token fence.Token
-	// Mark is the resource's mark, unchanged; zero when it had none.
-	Mark fence.Token
-	// Err is the Verifier's answer.
-	Err error
-}
-
-func (e *UnverifiedError) Error() string {
-	return fmt.Sprintf("guard: resource %q refused token %s: not verified: %v", e.Resource, e.Token, e.Err)
-}
-
-// Is reports whether target is ErrUnverified.
-func (e *UnverifiedError) Is(target error) bool { return target == ErrUnverified }
-
-// Unwrap returns e.Err.
-func (e *UnverifiedError) Unwrap() error { return e.Err }
-
 // Resetter is implemented by stores whose marks an operator can set back
 // (MemoryStore, etcdstore.Store); see Guard.ResetMark.
 type Resetter interface {
 	// ResetMark sets the resource's mark to next if it is exactly old
 	// (the zero Token: no mark), as one atomic step with respect to
-	// Advance. Otherwise it returns a *MarkChangedError and changes
-	// nothing.
+	// Advance. Otherwise it returns an error matching
+	// fence.ErrMarkChanged and changes nothing.
 	ResetMark(ctx context.Context, resource string, old, next fence.Token) error
 }
 
-// MarkChangedError is the error of a reset whose expected old mark is not
-// the resource's mark. It matches ErrMarkChanged.
-type MarkChangedError struct {
-	// Resource is the resource whose mark was to be reset.
-	Resource string
-	// Want is the old mark the caller expected.
-	Want fence.Token
-	// Mark is the resource's mark, unchanged.
-	Mark fence.Token
-}
-
-func (e *MarkChangedError) Error() string {
-	return fmt.Sprintf("guard: mark of %q is %s, not %s: not reset", e.Resource, e.Mark, e.Want)
-}
-
-// Is reports whether target is ErrMarkChanged.
-func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChanged }
-
 // ValidateReset checks the arguments of a reset for Resetter
-// implementations: next must be a valid token, and for the same lock as a
-// non-zero old. It returns an error matching ErrMalformed or
-// fence.ErrWrongLock otherwise.
+// implementations (MemoryStore, etcdstore.Store, redisguard.Store, and a
+// user's own Store): next must be a valid token, and for the same lock as
+// a non-zero old. It returns an error matching ErrInvalidTarget for an
+// empty resource, fence.ErrInvalid for an invalid mark, and
+// fence.ErrWrongLock when the locks differ.
 func ValidateReset(resource string, old, next fence.Token) error {
 	if resource == "" {
 		return fmt.Errorf("%w: empty resource name", ErrInvalidTarget)
 	}
 	if err := next.Validate(); err != nil {
-		return fmt.Errorf("%w: new mark: %w", ErrMalformed, err)
+		return fmt.Errorf("guard: reset mark of %q: new mark: %w", resource, err)
 	}
 	if !old.IsZero() {
 		if err := old.Validate(); err != nil {
-			return fmt.Errorf("%w: old mark: %w", ErrMalformed, err)
+			return fmt.Errorf("guard: reset mark of %q: old mark: %w", resource, err)
 		}
 		if old.Lock != next.Lock {
-			return fmt.Errorf("guard: reset mark of %q: %w", resource, &fence.WrongLockError{Token: next, Want: old.Lock})
+			return fmt.Errorf("guard: reset mark of %q: %w", resource,
+				&fence.RefusedError{Outcome: fence.WrongLock, Resource: resource, Lock: old.Lock, Token: next, Mark: old})
 		}
 	}
 	return nil
@@ -151,8 +113,8 @@ func ValidateReset(resource string, old, next fence.Token) error {
 // token (or lower) and stop the writers of the old mark first.
 //
 // old must be exactly the resource's mark (read it with Mark); otherwise
-// ResetMark returns a *MarkChangedError (ErrMarkChanged) and changes
-// nothing, so a reset cannot undo an advance it did not see. next must be
+// ResetMark returns an error matching fence.ErrMarkChanged, naming both
+// marks, and changes nothing, so a reset cannot undo an advance it did not see. next must be
 // valid and for old's lock. The reset waits for the resource's in-flight
 // write through this Guard, and is logged at Warn with both marks
 // ("mark_old", "mark"). The store must implement Resetter; MemoryStore

@@ -39,9 +39,9 @@ func ExampleWithVerifier() {
 		switch {
 		case err == nil:
 			fmt.Println(who, "wrote")
-		case errors.Is(err, guard.ErrUnverified):
+		case errors.Is(err, fence.ErrUnverified):
 			fmt.Println(who, "refused: not the holder's token")
-		case errors.Is(err, guard.ErrRejected):
+		case errors.As(err, new(*fence.RefusedError)):
 			fmt.Println(who, "refused: stale")
 		default:
 			log.Fatal(err)

@@ -14,9 +14,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -148,7 +148,7 @@ func TestVerifiedHTTPRefusesForgedTokens(t *testing.T) {
 			if status == http.StatusNoContent || status < 400 || status >= 500 {
 				t.Errorf("%s: %s token %q: status %d, want a refusal", phase, name, v, status)
 			}
-			if status == guard.StatusUnverified && (p.Type != guard.ProblemUnverified || p.Token != v) {
+			if status == guard.HTTPStatus(fence.Unverified) && (p.Type != guard.ProblemType(fence.Unverified) || p.Token != v) {
 				t.Errorf("%s: %s: problem %+v", phase, name, p)
 			}
 			got, err := g.Mark(ctx, "item/1")
@@ -189,8 +189,8 @@ func TestVerifiedHTTPRefusesForgedTokens(t *testing.T) {
 }
 
 // TestVerifiedDoErrors: the error of an unverified token matches
-// ErrUnverified and fence.ErrUnverified, is an *UnverifiedError holding
-// the unchanged mark, and is not a rejection.
+// fence.ErrUnverified, is a *fence.RefusedError of outcome unverified
+// holding the unchanged mark, and is not a stale refusal.
 func TestVerifiedDoErrors(t *testing.T) {
 	w := newLockWorld(t)
 	g, err := guard.New(guard.NewMemoryStore(), guard.WithVerifier(w.locks.Verifier()))
@@ -204,10 +204,10 @@ func TestVerifiedDoErrors(t *testing.T) {
 		t.Fatalf("holder: %v", err)
 	}
 	err = g.Do(ctx, tgt, w.waiter, func(context.Context) error { t.Error("forged write ran"); return nil })
-	var ue *guard.UnverifiedError
-	if !errors.As(err, &ue) || !errors.Is(err, guard.ErrUnverified) || !errors.Is(err, fence.ErrUnverified) ||
-		errors.Is(err, guard.ErrRejected) || ue.Mark != w.holder.Fence() || ue.Token != w.waiter {
-		t.Errorf("waiter's token: %v, want *UnverifiedError with mark %v", err, w.holder.Fence())
+	var ue *fence.RefusedError
+	if !errors.As(err, &ue) || !errors.Is(err, fence.ErrUnverified) || ue.Outcome != fence.Unverified ||
+		errors.Is(err, fence.ErrStale) || ue.Mark != w.holder.Fence() || ue.Token != w.waiter {
+		t.Errorf("waiter's token: %v, want *fence.RefusedError (unverified) with mark %v", err, w.holder.Fence())
 	}
 	// A stale token is stale, without asking etcd.
 	if err := g.Do(ctx, tgt, w.released, noop); !errors.Is(err, fence.ErrStale) {
@@ -245,8 +245,8 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 	}
 	wg.Wait()
 	for i, s := range statuses {
-		if s != guard.StatusUnverified {
-			t.Errorf("forger %d: status %d, want %d", i, s, guard.StatusUnverified)
+		if s != guard.HTTPStatus(fence.Unverified) {
+			t.Errorf("forger %d: status %d, want %d", i, s, guard.HTTPStatus(fence.Unverified))
 		}
 	}
 	if mark, _ := g.Mark(context.Background(), "item/1"); !mark.IsZero() {
@@ -292,7 +292,7 @@ func TestVerifierUnreachable(t *testing.T) {
 	}
 	proxy.Blackhole() // the verifier's etcd is unreachable
 	status, p := send(t, http.MethodPut, svc.srv.URL+"/items/1", "newer", w.waiter.String())
-	if status != http.StatusServiceUnavailable || p.Type != guard.ProblemUnavailable {
+	if status != http.StatusServiceUnavailable || p.Type != guard.ProblemType(fence.Failed) {
 		t.Errorf("newer token, etcd unreachable: %d %+v, want 503", status, p)
 	}
 	if mark, _ := g.Mark(context.Background(), "item/1"); mark != w.holder.Fence() {
@@ -406,9 +406,11 @@ func TestResetMarkRecoversPoisonedResource(t *testing.T) {
 	// Not by accident: the old mark must be given exactly.
 	for _, old := range []fence.Token{{}, real, tok("orders", 1<<40-1)} {
 		err := g.ResetMark(ctx, tgt.Resource, old, real)
-		var mc *guard.MarkChangedError
-		if !errors.As(err, &mc) || !errors.Is(err, guard.ErrMarkChanged) || mc.Mark != poison {
-			t.Errorf("reset from %v: %v, want *MarkChangedError with mark %v", old, err, poison)
+		if !errors.Is(err, fence.ErrMarkChanged) {
+			t.Errorf("reset from %v: %v, want fence.ErrMarkChanged", old, err)
+		}
+		if mark, err := g.Mark(ctx, tgt.Resource); err != nil || mark != poison {
+			t.Errorf("reset from %v: mark %v, %v; want it unchanged at %v", old, mark, err, poison)
 		}
 	}
 	for _, next := range []fence.Token{{}, tok("orders", 0), tok("other", 7)} {

@@ -5,7 +5,7 @@ package integration
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 
 	"github.com/fencekit/fencekit/integration/faults"
 	"go.uber.org/goleak"

@@ -590,10 +590,10 @@ func (c *registerClient) do(ctx context.Context, shard int, tok fence.Token, met
 		return nil, err
 	}
 	switch resp.StatusCode {
-	case guard.StatusRejected:
+	case guard.HTTPStatus(fence.Stale):
 		resp.Body.Close()
 		return nil, fmt.Errorf("%s: %w", method, errStale)
-	case guard.StatusUnverified:
+	case guard.HTTPStatus(fence.Unverified):
 		resp.Body.Close()
 		return nil, fmt.Errorf("%s: %w", method, errUnverified)
 	}
@@ -700,11 +700,11 @@ const sqlConns = 4
 
 func sqlErr(err error) error {
 	switch {
-	case errors.Is(err, sqlguard.ErrStale):
+	case errors.Is(err, fence.ErrStale):
 		return fmt.Errorf("%w: %w", errStale, err)
-	case errors.Is(err, sqlguard.ErrUnverified):
+	case errors.Is(err, fence.ErrUnverified):
 		return fmt.Errorf("%w: %w", errUnverified, err)
-	case errors.Is(err, sqlguard.ErrWrongLock):
+	case errors.Is(err, fence.ErrWrongLock):
 		return fmt.Errorf("%w: %w", errRejected, err)
 	}
 	return err

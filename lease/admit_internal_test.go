@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/etcdproc"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/owner"
 	"github.com/stretchr/testify/assert"

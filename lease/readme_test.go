@@ -3,7 +3,7 @@ package lease_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 // TestReadmeSnippets: the README's lease snippets and the package doc's

@@ -33,28 +33,18 @@ type Verifier struct {
 	prefix string
 }
 
-// UnverifiedError is the error of Verify for a token it does not confirm.
-// It matches fence.ErrUnverified, and also the cause in Err when there is
-// one (fence.ErrInvalid for a revision <= 0, ErrInvalidName for a lock
-// name no Client accepts).
-type UnverifiedError struct {
-	// Token is the token that was checked.
-	Token fence.Token
-	// Reason says why, without naming the current holder's revision.
-	Reason string
-	// Err is the underlying cause, if any.
-	Err error
+// unverified is Verify's refusal of t for reason, a *fence.RefusedError
+// with Outcome fence.Unverified (matching fence.ErrUnverified) whose Err
+// says why, without naming the current holder's revision, and wraps
+// cause when there is one (fence.ErrInvalid for a revision <= 0,
+// ErrInvalidName for a lock name no Client accepts).
+func unverified(t fence.Token, reason string, cause error) error {
+	detail := errors.New("lease: " + reason)
+	if cause != nil {
+		detail = fmt.Errorf("lease: %s: %w", reason, cause)
+	}
+	return &fence.RefusedError{Outcome: fence.Unverified, Lock: t.Lock, Token: t, Err: detail}
 }
-
-func (e *UnverifiedError) Error() string {
-	return fmt.Sprintf("lease: token %s not verified: %s", e.Token, e.Reason)
-}
-
-// Is reports whether target is fence.ErrUnverified.
-func (e *UnverifiedError) Is(target error) bool { return target == fence.ErrUnverified }
-
-// Unwrap returns Err.
-func (e *UnverifiedError) Unwrap() error { return e.Err }
 
 // NewVerifier returns a Verifier of the records that Clients keep under
 // prefix through cli: the prefix given to WithPrefix, or DefaultPrefix. A
@@ -80,7 +70,8 @@ func (c *Client) Verifier() *Verifier {
 }
 
 // Verify returns nil when t is the fencing token of its lock's current
-// holder, an *UnverifiedError (matching fence.ErrUnverified) when it is
+// holder, a *fence.RefusedError with Outcome fence.Unverified (matching
+// fence.ErrUnverified; its Err says why) when it is
 // not, and another error, matching neither, when it cannot tell: etcd
 // unreachable, permission denied, or ctx ended (ctx.Err() stays
 // matchable). Invalid tokens are refused without a request.
@@ -108,10 +99,10 @@ func (v *Verifier) Condition(ctx context.Context, t fence.Token) (cmp clientv3.C
 // for a genuine token.
 func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, clusterID uint64, err error) {
 	if err := t.Validate(); err != nil {
-		return "", 0, &UnverifiedError{Token: t, Reason: "invalid token", Err: err}
+		return "", 0, unverified(t, "invalid token", err)
 	}
 	if err := ValidateName(t.Lock); err != nil {
-		return "", 0, &UnverifiedError{Token: t, Reason: "no lock has this name", Err: err}
+		return "", 0, unverified(t, "no lock has this name", err)
 	}
 	dir := v.prefix + t.Lock + "/"
 	resp, err := v.etcd.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithLimit(1),
@@ -123,22 +114,22 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 		return "", 0, fmt.Errorf("lease: verify token: read queue: %w", err)
 	}
 	if t.Revision > resp.Header.Revision {
-		return "", 0, &UnverifiedError{Token: t, Reason: "revision beyond the cluster's current revision"}
+		return "", 0, unverified(t, "revision beyond the cluster's current revision", nil)
 	}
 	if len(resp.Kvs) == 0 {
-		return "", 0, &UnverifiedError{Token: t, Reason: "the lock has no holder"}
+		return "", 0, unverified(t, "the lock has no holder", nil)
 	}
 	head := resp.Kvs[0]
 	if head.CreateRevision != t.Revision {
-		return "", 0, &UnverifiedError{Token: t, Reason: "not the revision of the lock's current holder"}
+		return "", 0, unverified(t, "not the revision of the lock's current holder", nil)
 	}
 	if _, _, ok := decodeValue(head.Value); !ok || dirOf(string(head.Key)) != dir {
-		return "", 0, &UnverifiedError{Token: t, Reason: "the record at that revision is not a lock record"}
+		return "", 0, unverified(t, "the record at that revision is not a lock record", nil)
 	}
 	if k, _ := kindOf(string(head.Key)); k != exclusive {
 		// A semaphore permit or a read lock: held alongside others, so its
 		// revision is no fencing token.
-		return "", 0, &UnverifiedError{Token: t, Reason: "the record at that revision is a " + k.String() + ", which has no fencing token"}
+		return "", 0, unverified(t, "the record at that revision is a "+k.String()+", which has no fencing token", nil)
 	}
 	return string(head.Key), resp.Header.ClusterId, nil
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,7 +25,7 @@ func verifierClient(t *testing.T, cli *clientv3.Client, opts ...lease.Option) *l
 }
 
 // TestVerifier: only the current holder's revision of the named lock is
-// genuine; every other token is *UnverifiedError, and a failure to read
+// genuine; every other token is a *fence.RefusedError of outcome unverified, and a failure to read
 // etcd is neither.
 func TestVerifier(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -108,9 +108,9 @@ func TestVerifier(t *testing.T) {
 		"not a lock record":   {Lock: "forged", Revision: put.Header.Revision},
 	} {
 		err := v.Verify(ctx, tk)
-		var ue *lease.UnverifiedError
-		if !errors.As(err, &ue) || !errors.Is(err, fence.ErrUnverified) || ue.Token != tk {
-			t.Errorf("%s %v: %v, want *UnverifiedError", name, tk, err)
+		var ue *fence.RefusedError
+		if !errors.As(err, &ue) || !errors.Is(err, fence.ErrUnverified) || ue.Token != tk || ue.Outcome != fence.Unverified {
+			t.Errorf("%s %v: %v, want *fence.RefusedError (unverified)", name, tk, err)
 		}
 	}
 	if err := v.Verify(ctx, fence.Token{Lock: "orders"}); !errors.Is(err, fence.ErrInvalid) {

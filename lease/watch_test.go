@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -3,7 +3,7 @@ package owner_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 // TestReadmeSnippets: README snippets marked as owner's, and the code

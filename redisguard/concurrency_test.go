@@ -69,7 +69,7 @@ func TestConcurrentWritersNeverApplyStale(t *testing.T) {
 				_, err := f.g.Exec(ctx, f.tgt, t,
 					redisguard.Command("RPUSH", hist, strconv.FormatInt(rev, 10)),
 					redisguard.IncrBy(count, 1))
-				var stale *fence.StaleError
+				var stale *fence.RefusedError
 				switch {
 				case err == nil:
 					accepted.Add(1)

@@ -25,16 +25,17 @@
 //	n, err = g.IncrBy(ctx, tgt, b, total, 5)
 //	...
 //	_, err = g.IncrBy(ctx, tgt, a, total, 10)
-//	var stale *fence.StaleError
+//	var stale *fence.RefusedError
 //	if errors.As(err, &stale) {
 //
 // The rule is package guard's: a resource accepts a token of its lock
 // equal to its mark (the holder writing again) or newer (and raises the
 // mark to it), and refuses an older one (fence.ErrStale; the error holds
 // the mark) and one of another lock (fence.ErrWrongLock). Revisions are
-// compared exactly, as decimal strings. Refusals are guard's errors
-// (*guard.RejectedError, guard.ErrMalformed, guard.ErrInvalidTarget,
-// *guard.UnverifiedError), and bad input is refused before anything is
+// compared exactly, as decimal strings. Refusals are the module's one
+// refusal, a *fence.RefusedError (matching fence.ErrStale,
+// fence.ErrWrongLock, fence.ErrInvalid or fence.ErrUnverified), and bad
+// input is refused before anything is
 // sent: [ErrBadCommand], [ErrCrossSlot]. When Redis refuses a command
 // while the script runs it (WRONGTYPE, an INCRBY of text), the script
 // undoes the batch's earlier commands (DUMP before, RESTORE after) and
@@ -85,7 +86,7 @@
 //   - with a verifier ([WithVerifier], a lease.Verifier), a write finds
 //     the resource unclaimed, asks the verifier afresh whether its token
 //     is the lock's current holder's, and claims and writes in one script
-//     if it is (a superseded holder is refused, guard.ErrUnverified);
+//     if it is (a superseded holder is refused, fence.ErrUnverified);
 //   - without one, [Guard.Claim] (or [Store.Claim]) claims: call it right
 //     after acquiring the lock, never from code that may run late.
 //

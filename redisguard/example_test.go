@@ -48,7 +48,7 @@ func Example() {
 
 	// A wakes up and writes late: refused, nothing changed.
 	_, err = g.IncrBy(ctx, tgt, a, total, 10)
-	var stale *fence.StaleError
+	var stale *fence.RefusedError
 	if errors.As(err, &stale) {
 		fmt.Println("A refused: its token", stale.Token.Revision, "is older than the mark", stale.Mark.Revision)
 	}
@@ -114,7 +114,7 @@ func ExampleStore() {
 	write := func(ctx context.Context) error { return nil }
 	fmt.Println(g.Do(ctx, tgt, t7, write))
 	err = g.Do(ctx, tgt, t5, write)
-	fmt.Println(errors.Is(err, guard.ErrRejected), errors.Is(err, fence.ErrStale))
+	fmt.Println(errors.As(err, new(*fence.RefusedError)), errors.Is(err, fence.ErrStale))
 	mark, err := store.Mark(ctx, tgt.Resource)
 	fmt.Println(mark, err)
 }

@@ -154,14 +154,14 @@ func TestStaleAndWrongLockChangeNothing(t *testing.T) {
 	before := f.snapshot(t)
 
 	_, err := g.Set(ctx, tgt, tok(8), f.key("v"), "by 8")
-	var stale *fence.StaleError
-	if !errors.As(err, &stale) || !errors.Is(err, guard.ErrRejected) || !errors.Is(err, fence.ErrStale) {
-		t.Fatalf("stale Set = %v, want a *fence.StaleError matching guard.ErrRejected", err)
+	var stale *fence.RefusedError
+	if !errors.As(err, &stale) || !errors.As(err, new(*fence.RefusedError)) || !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale Set = %v, want a *fence.RefusedError matching fence.ErrStale", err)
 	}
 	if stale.Mark != tok(9) || stale.Token != tok(8) {
-		t.Errorf("StaleError mark %v token %v, want %v %v", stale.Mark, stale.Token, tok(9), tok(8))
+		t.Errorf("refusal mark %v token %v, want %v %v", stale.Mark, stale.Token, tok(9), tok(8))
 	}
-	var rej *guard.RejectedError
+	var rej *fence.RefusedError
 	if !errors.As(err, &rej) || rej.Mark != tok(9) || rej.Resource != f.res {
 		t.Errorf("RejectedError = %+v", rej)
 	}
@@ -170,9 +170,9 @@ func TestStaleAndWrongLockChangeNothing(t *testing.T) {
 	// refuses it in the script.
 	other := fence.Token{Lock: "invoices", Revision: 100}
 	_, err = g.Exec(ctx, guard.Target{Resource: f.res, Lock: "invoices"}, other, redisguard.Set(f.key("v"), "other"))
-	var wl *fence.WrongLockError
-	if !errors.As(err, &wl) || wl.Want != "orders" || !errors.Is(err, guard.ErrRejected) {
-		t.Errorf("other lock's Exec = %v, want a *fence.WrongLockError wanting orders", err)
+	var wl *fence.RefusedError
+	if !errors.As(err, &wl) || wl.Lock != "orders" || wl.Outcome != fence.WrongLock || !errors.As(err, new(*fence.RefusedError)) {
+		t.Errorf("other lock's Exec = %v, want a *fence.RefusedError (wrong_lock) bound to orders", err)
 	}
 	// A token that does not match the Target: refused before sending.
 	_, err = g.Exec(ctx, tgt, other, redisguard.Set(f.key("v"), "other"))
@@ -201,7 +201,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"malformed token", func() error {
 			_, err := g.Set(ctx, tgt, fence.Token{Lock: "orders", Revision: 0}, f.key("a"), "x")
 			return err
-		}, guard.ErrMalformed},
+		}, fence.ErrInvalid},
 		{"malformed token matches fence.ErrInvalid", func() error {
 			_, err := g.Set(ctx, tgt, fence.Token{Lock: "orders", Revision: -3}, f.key("a"), "x")
 			return err
@@ -351,7 +351,7 @@ func TestUnclaimedWithoutVerifier(t *testing.T) {
 func TestResetMark(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, 1000)
-	if err := f.g.ResetMark(ctx, f.res, tok(999), tok(7)); !errors.Is(err, guard.ErrMarkChanged) {
+	if err := f.g.ResetMark(ctx, f.res, tok(999), tok(7)); !errors.Is(err, fence.ErrMarkChanged) {
 		t.Errorf("reset from a wrong old mark = %v, want ErrMarkChanged", err)
 	}
 	if err := f.g.ResetMark(ctx, f.res, tok(1000), tok(7)); err != nil {

@@ -26,16 +26,20 @@ const (
 	opClaim  = "claim"
 )
 
-// The outcomes, in the words of packages guard and sqlguard.
+// The outcomes: the words of fence.Outcome for a fencing decision, and
+// sqlguard's for bad input and a missing mark.
+var (
+	outAccepted   = fence.Accepted.String()   // the token passed; the commands ran
+	outStale      = fence.Stale.String()      // older than the mark
+	outWrongLock  = fence.WrongLock.String()  // another lock's token or mark
+	outMalformed  = fence.Malformed.String()  // an invalid token
+	outUnverified = fence.Unverified.String() // the verifier did not confirm the token
+	outFailed     = fence.Failed.String()     // no decision, or Redis refused a command
+)
+
 const (
-	outAccepted   = "accepted"   // the token passed; the commands ran (guard, sqlguard)
-	outStale      = "stale"      // older than the mark (guard, sqlguard)
-	outWrongLock  = "wrong_lock" // another lock's token or mark (guard, sqlguard)
-	outMalformed  = "malformed"  // an invalid token (guard)
-	outInvalid    = "invalid"    // bad input refused before sending (sqlguard)
-	outUnverified = "unverified" // the verifier did not confirm the token (guard, sqlguard)
-	outNotFound   = "not_found"  // no mark of this server life: ErrUnclaimed (sqlguard)
-	outFailed     = "failed"     // no decision, or Redis refused a command (guard)
+	outInvalid  = "invalid"   // bad input refused before sending (sqlguard's word)
+	outNotFound = "not_found" // no mark of this server life: ErrUnclaimed (sqlguard's word)
 )
 
 var (
@@ -55,7 +59,7 @@ type event struct {
 // setVerifyErr records the verifier's refusal or failure.
 func (ev *event) setVerifyErr(err error) {
 	ev.outcome, ev.err = outFailed, err
-	if errors.Is(err, guard.ErrUnverified) {
+	if errors.Is(err, fence.ErrUnverified) {
 		ev.outcome = outUnverified
 	}
 }
@@ -63,7 +67,7 @@ func (ev *event) setVerifyErr(err error) {
 // classifyEarly names the outcome of a request refused before sending.
 func classifyEarly(err error) string {
 	switch {
-	case errors.Is(err, guard.ErrMalformed):
+	case errors.Is(err, fence.ErrInvalid):
 		return outMalformed
 	case errors.Is(err, fence.ErrWrongLock):
 		return outWrongLock

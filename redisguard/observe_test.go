@@ -8,9 +8,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/promtest"
-	"github.com/fencekit/fencekit/internal/spantest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/redisguard"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"

@@ -3,7 +3,7 @@ package redisguard_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
 // TestReadmeSnippets: the snippets of this module's README and of the

@@ -57,7 +57,7 @@ func WithPrefix(prefix string) Option {
 // verified, so a holder's repeated writes cost one verification per
 // acquisition; a claim (an unclaimed resource, see ErrUnclaimed) is always
 // verified afresh. A token v does not confirm is refused with an error
-// matching guard.ErrUnverified; when v cannot tell, the write fails and
+// matching fence.ErrUnverified; when v cannot tell, the write fails and
 // nothing changes.
 func WithVerifier(v guard.Verifier) Option {
 	return optionFunc(func(c *config) error {
@@ -130,16 +130,16 @@ func (g *Guard) MarkKey(resource string) string { return g.m.markKey(resource) }
 //
 // Otherwise nothing changes and Exec returns an error matching:
 //
-//   - guard.ErrRejected with fence.ErrStale (a *fence.StaleError holding
-//     the mark; the token is older than the mark) or fence.ErrWrongLock (the
-//     token or the mark is another lock's);
-//   - guard.ErrMalformed: t is invalid (fence.ErrInvalid);
+//   - a *fence.RefusedError naming the resource, the token and the mark,
+//     matching fence.ErrStale (the token is older than the mark),
+//     fence.ErrWrongLock (the token or the mark is another lock's),
+//     fence.ErrInvalid (t is invalid) or fence.ErrUnverified (the Guard's
+//     verifier did not confirm t, which would have raised the mark or
+//     claimed the resource);
 //   - guard.ErrInvalidTarget, ErrBadCommand or ErrCrossSlot: bad input,
 //     refused before sending;
 //   - ErrUnclaimed: the resource has no mark of this Redis server's life
 //     and the Guard has no verifier (see the package documentation);
-//   - guard.ErrUnverified: the Guard's verifier did not confirm t, which
-//     would have raised the mark or claimed the resource;
 //   - ErrCommand: Redis refused a command while running it (a
 //     *CommandError); the batch's earlier commands are undone;
 //   - or another error: the verifier could not tell, ctx ended, or Redis
@@ -246,8 +246,8 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) 
 // ResetMark sets the resource's mark back from old (exactly its mark, the
 // zero Token for none) to next, stamped with the server's current life:
 // an operator's recovery from a mark ahead of the lock service (see
-// guard.ErrMarkAhead). It returns a *guard.MarkChangedError and changes
-// nothing when the mark is not old, and is logged at Warn with both marks.
+// fence.ErrMarkAhead). It returns an error matching fence.ErrMarkChanged
+// and changes nothing when the mark is not old, and is logged at Warn with both marks.
 func (g *Guard) ResetMark(ctx context.Context, resource string, old, next fence.Token) error {
 	if err := validateResource(resource); err != nil {
 		return err
@@ -341,10 +341,10 @@ func (g *Guard) check(tgt guard.Target, t fence.Token, cmds []Cmd) (batch, error
 		return batch{}, fmt.Errorf("%w: resource %q: %w", guard.ErrInvalidTarget, tgt.Resource, err)
 	}
 	if err := t.Validate(); err != nil {
-		return batch{}, fmt.Errorf("%w: %w", guard.ErrMalformed, err)
+		return batch{}, &fence.RefusedError{Outcome: fence.Malformed, Resource: tgt.Resource, Lock: tgt.Lock, Token: t, Err: err}
 	}
 	if t.Lock != tgt.Lock {
-		return batch{}, &guard.RejectedError{Resource: tgt.Resource, Token: t, Err: &fence.WrongLockError{Token: t, Want: tgt.Lock}}
+		return batch{}, &fence.RefusedError{Outcome: fence.WrongLock, Resource: tgt.Resource, Lock: tgt.Lock, Token: t}
 	}
 	b, err := g.m.encode(tgt.Resource, cmds)
 	if err != nil {
@@ -369,7 +369,7 @@ func (g *Guard) answer(ctx context.Context, tgt guard.Target, t fence.Token, res
 		if res.status == statusWrongLock {
 			ev.outcome = outWrongLock
 		}
-		ev.err = &guard.RejectedError{Resource: tgt.Resource, Token: t, Mark: res.mark, Err: refusal(res.status, res.mark, t)}
+		ev.err = refusal(tgt.Resource, res.status, res.mark, t)
 		return "", true
 	case statusVerify:
 		if err := g.verify(ctx, tgt.Resource, t, res.mark); err != nil {
@@ -406,12 +406,12 @@ func (g *Guard) mode(t fence.Token) string {
 }
 
 // verify asks the verifier about t and remembers a confirmed token. It
-// returns a *guard.UnverifiedError for a token the verifier does not
+// returns a *fence.RefusedError for a token the verifier does not
 // confirm, and other errors wrapped.
 func (g *Guard) verify(ctx context.Context, resource string, t, mark fence.Token) error {
 	if err := g.ver.Verify(ctx, t); err != nil {
 		if errors.Is(err, fence.ErrUnverified) {
-			return &guard.UnverifiedError{Resource: resource, Token: t, Mark: mark, Err: err}
+			return unverified(resource, t, mark, err)
 		}
 		return fmt.Errorf("redisguard: verify token for %q: %w", resource, err)
 	}

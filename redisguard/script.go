@@ -399,8 +399,8 @@ func (m *marks) mark(ctx context.Context, resource string) (fence.Token, error) 
 	return t, nil
 }
 
-// reset runs resetBody: it sets the mark from old to next, or returns a
-// *guard.MarkChangedError.
+// reset runs resetBody: it sets the mark from old to next, or returns an
+// error matching fence.ErrMarkChanged.
 func (m *marks) reset(ctx context.Context, resource string, old, next fence.Token) error {
 	oldRev := ""
 	if !old.IsZero() {
@@ -422,19 +422,31 @@ func (m *marks) reset(ctx context.Context, resource string, old, next fence.Toke
 	if err != nil {
 		return fmt.Errorf("redisguard: mark of %q: %w", resource, err)
 	}
-	return &guard.MarkChangedError{Resource: resource, Want: old, Mark: mark}
+	return fmt.Errorf("redisguard: mark of %q is %s, not %s: not reset: %w", resource, mark, old, fence.ErrMarkChanged)
 }
 
 // refusal returns the error of fence.Check for a status of fenceBody
 // that refused t, or nil.
-func refusal(status string, mark, t fence.Token) error {
-	switch status {
-	case statusStale:
-		return &fence.StaleError{Token: t, Mark: mark}
-	case statusWrongLock:
-		return &fence.WrongLockError{Token: t, Want: mark.Lock}
+func refusal(resource, status string, mark, t fence.Token) error {
+	o := fence.Stale
+	if status == statusWrongLock {
+		o = fence.WrongLock
 	}
-	return nil
+	return &fence.RefusedError{Outcome: o, Resource: resource, Lock: mark.Lock, Token: t, Mark: mark}
+}
+
+// unverified is the refusal of t, for resource with mark, by a verifier
+// whose answer err matches fence.ErrUnverified: the verifier's own
+// *fence.RefusedError (lease.Verifier's) named for the resource, or a new
+// one around err.
+func unverified(resource string, t, mark fence.Token, err error) error {
+	var r *fence.RefusedError
+	if !errors.As(err, &r) || r.Outcome != fence.Unverified {
+		return &fence.RefusedError{Outcome: fence.Unverified, Resource: resource, Lock: t.Lock, Token: t, Mark: mark, Err: err}
+	}
+	named := *r
+	named.Resource, named.Lock, named.Token, named.Mark = resource, t.Lock, t, mark
+	return &named
 }
 
 // unclaimed returns the error for a resource without a mark of this

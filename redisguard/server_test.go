@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/redis/go-redis/v9"
 )
 

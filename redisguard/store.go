@@ -52,8 +52,8 @@ func NewStore(cli redis.UniversalClient, prefix string) (*Store, error) {
 func (s *Store) Key(resource string) string { return s.m.markKey(resource) }
 
 // Advance implements guard.Store: in one script it refuses a stale or
-// wrong-lock token (returning the mark and the *fence.StaleError or
-// *fence.WrongLockError), and otherwise raises the mark to t. A resource
+// wrong-lock token (returning the mark and a *fence.RefusedError matching
+// fence.ErrStale or fence.ErrWrongLock), and otherwise raises the mark to t. A resource
 // without a mark of the server's current life is refused with an error
 // matching ErrUnclaimed (a guard.Guard reports outcome failed): Claim it
 // first, or give the guard.Guard a verifier.
@@ -95,7 +95,7 @@ func (s *Store) advance(ctx context.Context, resource string, t fence.Token, mod
 		case statusOK:
 			return t, nil
 		case statusStale, statusWrongLock:
-			return res.mark, refusal(res.status, res.mark, t)
+			return res.mark, refusal(resource, res.status, res.mark, t)
 		case statusUnclaimed:
 			if v == nil {
 				return res.mark, unclaimed(resource, res.mark)
@@ -138,7 +138,7 @@ func (s *Store) Claim(ctx context.Context, t fence.Token, resources ...string) e
 // ResetMark implements guard.Resetter: in one script it sets the
 // resource's mark to next, stamped with the server's current life, if it
 // is exactly old (the zero Token: none), and returns a
-// *guard.MarkChangedError otherwise. Use guard.Guard.ResetMark, which
+// an error matching fence.ErrMarkChanged otherwise. Use guard.Guard.ResetMark, which
 // logs the reset.
 func (s *Store) ResetMark(ctx context.Context, resource string, old, next fence.Token) error {
 	if err := validateResource(resource); err != nil {

@@ -51,7 +51,7 @@ func TestStoreSharedByReplicas(t *testing.T) {
 		t.Fatalf("replica 2, token 7: %v", err)
 	}
 	err := r1.Do(ctx, tgt, tok(5), nop)
-	var rej *guard.RejectedError
+	var rej *fence.RefusedError
 	if !errors.As(err, &rej) || !errors.Is(err, fence.ErrStale) || rej.Mark != tok(7) {
 		t.Errorf("replica 1, token 5 after 7 = %v, want stale against mark 7", err)
 	}
@@ -69,7 +69,7 @@ func TestStoreSharedByReplicas(t *testing.T) {
 	}
 
 	// The operator's reset, through guard.Guard.ResetMark.
-	if err := r2.ResetMark(ctx, res, tok(6), tok(3)); !errors.Is(err, guard.ErrMarkChanged) {
+	if err := r2.ResetMark(ctx, res, tok(6), tok(3)); !errors.Is(err, fence.ErrMarkChanged) {
 		t.Errorf("reset from a wrong old mark = %v, want ErrMarkChanged", err)
 	}
 	if err := r2.ResetMark(ctx, res, tok(7), tok(3)); err != nil {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/redisguard"
 )
@@ -81,16 +81,16 @@ func TestStory(t *testing.T) {
 
 	proxy.Resume()
 	_, err = g.Set(ctx, tgt, a.Fence(), key, "late by A")
-	var stale *fence.StaleError
+	var stale *fence.RefusedError
 	if !errors.As(err, &stale) || stale.Mark != b.Fence() {
-		t.Errorf("A's late write = %v, want a *fence.StaleError with B's token as the mark", err)
+		t.Errorf("A's late write = %v, want a *fence.RefusedError with B's token as the mark", err)
 	}
 	if _, err := g.IncrBy(ctx, tgt, a.Fence(), redisguard.Key(res, "n"), 1); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("A's late IncrBy = %v, want ErrStale", err)
 	}
 	// A claim is verified first: A is no longer the holder.
-	if err := g.Claim(ctx, a.Fence(), res); !errors.Is(err, guard.ErrUnverified) {
-		t.Errorf("A's late Claim = %v, want guard.ErrUnverified", err)
+	if err := g.Claim(ctx, a.Fence(), res); !errors.Is(err, fence.ErrUnverified) {
+		t.Errorf("A's late Claim = %v, want fence.ErrUnverified", err)
 	}
 	if got := cli.Get(ctx, key).Val(); got != "final by B" {
 		t.Errorf("value %q, want B's", got)

@@ -62,7 +62,7 @@ func benchUpdateStale(b *testing.B, name string, d sqlguard.Dialect, db *sql.DB,
 		b.Run(name+"/"+mode, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := g.Update(ctx, db, stale, u); !errors.Is(err, sqlguard.ErrStale) {
+				if _, err := g.Update(ctx, db, stale, u); !errors.Is(err, fence.ErrStale) {
 					b.Fatalf("Update with a stale token: %v, want ErrStale", err)
 				}
 			}

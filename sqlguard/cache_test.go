@@ -3,6 +3,7 @@ package sqlguard_test
 import (
 	"context"
 	"errors"
+	"github.com/fencekit/fencekit/fence"
 	"strings"
 	"testing"
 
@@ -58,14 +59,14 @@ func testStatementCacheAcrossMigrate(t *testing.T, e *env) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := stale(); !errors.Is(err, sqlguard.ErrStale) {
+	if err := stale(); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("before the migration: got %v, want ErrStale", err)
 	}
 	if _, err := e.db.Exec("ALTER TABLE " + jobs + " ALTER COLUMN fence TYPE BIGINT"); err != nil {
 		t.Fatal(err)
 	}
-	var se *sqlguard.StaleError
-	if err := stale(); !errors.As(err, &se) || se.Current.Revision != 7 || se.Row == "" {
+	var se *fence.RefusedError
+	if err := stale(); !errors.As(err, &se) || se.Mark.Revision != 7 || se.Row == "" {
 		t.Fatalf("after the migration: got %v, want ErrStale at 7", err)
 	}
 	// Each cached statement whose result type changed fails once, and

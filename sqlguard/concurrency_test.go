@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/fencekit/fencekit/fence"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -84,7 +85,7 @@ func TestConcurrentOlderWaitsThenStale(t *testing.T) {
 		if err := h.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		if err := result(t, ch); !errors.Is(err, sqlguard.ErrStale) {
+		if err := result(t, ch); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("older after newer committed: got %v, want ErrStale", err)
 		}
 
@@ -182,7 +183,7 @@ func TestConcurrentFirstInsert(t *testing.T) {
 			switch {
 			case err == nil:
 				best = max(best, int64(10+i))
-			case !errors.Is(err, sqlguard.ErrStale):
+			case !errors.Is(err, fence.ErrStale):
 				t.Errorf("claim %d: %v", 10+i, err)
 			}
 		}
@@ -281,11 +282,10 @@ func TestRetryableUnderSnapshot(t *testing.T) {
 			}
 			return
 		}
-		var re *sqlguard.RetryableError
-		if !errors.As(err, &re) || errors.Is(err, sqlguard.ErrStale) {
-			t.Fatalf("newer token after a concurrent advance: got %v, want *RetryableError", err)
+		if !errors.Is(err, sqlguard.ErrRetryable) || errors.Is(err, fence.ErrStale) {
+			t.Fatalf("newer token after a concurrent advance: got %v, want ErrRetryable", err)
 		}
-		t.Logf("retryable: %v", re.Err)
+		t.Logf("retryable: %v", err)
 		_ = tx.Rollback()
 		// Retrying with the same token converges.
 		if err := e.g.RunTx(ctx, db, opts, tok(9), []string{"acct"}, nil); err != nil {
@@ -306,7 +306,7 @@ func TestRunTxRetries(t *testing.T) {
 		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			attempts++
 			if attempts == 1 {
-				return &sqlguard.RetryableError{Err: errors.New("injected conflict")}
+				return fmt.Errorf("%w: %w", sqlguard.ErrRetryable, errors.New("injected conflict"))
 			}
 			return nil
 		})
@@ -320,7 +320,7 @@ func TestRunTxRetries(t *testing.T) {
 		attempts = 0
 		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(ctx context.Context, tx *testTx) error {
 			attempts++
-			return &sqlguard.RetryableError{Err: errors.New("injected conflict")}
+			return fmt.Errorf("%w: %w", sqlguard.ErrRetryable, errors.New("injected conflict"))
 		})
 		if !errors.Is(err, sqlguard.ErrRetryable) || attempts != 3 {
 			t.Fatalf("give up: %v after %d attempts", err, attempts)
@@ -396,7 +396,7 @@ func naive(ctx context.Context, e *env, tx *testTx, tk int64, resource string) (
 		return 0, err
 	}
 	if cur > tk {
-		return 0, sqlguard.ErrStale
+		return 0, fence.ErrStale
 	}
 	time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
 	if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET token = "+e.ph(1)+", seq = seq + 1 WHERE resource = "+e.ph(2), tk, resource); err != nil {
@@ -451,7 +451,7 @@ func stress(t *testing.T, e *env, f fenceFunc) []commit {
 					mu.Lock()
 					log = append(log, commit{r, tk, seq})
 					mu.Unlock()
-				case errors.Is(err, sqlguard.ErrStale):
+				case errors.Is(err, fence.ErrStale):
 				default:
 					others.Add(1)
 					t.Errorf("worker %d: %v", w, err)
@@ -599,10 +599,9 @@ func TestRunTxRetriesLockTimeout(t *testing.T) {
 		blocker2 := block()
 		defer blocker2.Rollback()
 		err = g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, deposit)
-		var re *sqlguard.RetryableError
 		var pe *pgconn.PgError
-		if !errors.As(err, &re) || !errors.As(err, &pe) || pe.Code != "55P03" {
-			t.Fatalf("one attempt: got %v, want *RetryableError wrapping 55P03", err)
+		if !errors.Is(err, sqlguard.ErrRetryable) || !errors.As(err, &pe) || pe.Code != "55P03" {
+			t.Fatalf("one attempt: got %v, want ErrRetryable wrapping 55P03", err)
 		}
 	})
 }
@@ -634,7 +633,7 @@ func TestRunTxSerializable(t *testing.T) {
 			switch err := <-errs; {
 			case err == nil:
 				ok++
-			case errors.Is(err, sqlguard.ErrStale):
+			case errors.Is(err, fence.ErrStale):
 				stale++
 			default:
 				t.Errorf("RunTx: %v", err)

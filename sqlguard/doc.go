@@ -43,8 +43,8 @@
 // and a sequence number. [Guard.Fence] runs, inside the caller's
 // transaction and before its writes, one guarded statement per resource
 // that accepts a token for the mark's lock that is equal (the same holder
-// writing again) or newer, and refuses an older one ([ErrStale]) or one for
-// another lock ([ErrWrongLock]). The statement is never "SELECT, compare in
+// writing again) or newer, and refuses an older one (fence.ErrStale) or one for
+// another lock (fence.ErrWrongLock). The statement is never "SELECT, compare in
 // Go, UPDATE", which lets stale writes through under concurrency:
 //
 //	PostgreSQL, SQLite: INSERT ... ON CONFLICT (resource) DO UPDATE SET ...
@@ -68,8 +68,8 @@
 // NULL)" to your parenthesised predicate. It needs no extra table but
 // compares revisions only (no lock binding), cannot fence DELETE (use a
 // tombstone flag), and on a refusal reads the rows back to tell a stale
-// token ([ErrStale]) from a missing row ([ErrNotFound]); its
-// [*StaleError] names the row ([StaleError.Row]).
+// token (fence.ErrStale) from a missing row ([ErrNoRow]); its
+// *fence.RefusedError names the row (its Row field).
 //
 // [Guard.Record] stores an idempotency key in the same transaction and
 // refuses a repeat with [ErrDuplicate]: the fencing token stops a late
@@ -118,8 +118,8 @@
 // With [WithVerifier], Fence, Claim, RunTx, Update and Upsert ask the
 // verifier (lease.Verifier: one etcd range read) before any statement
 // that could advance a mark with a token this Guard has not verified
-// yet, and refuse a token it does not confirm with [*UnverifiedError]
-// ([ErrUnverified]) with nothing changed. A verified guard promises that
+// yet, and refuse a token it does not confirm with a *fence.RefusedError
+// (fence.ErrUnverified) with nothing changed. A verified guard promises that
 // only the token of the lock's current holder at the time of the check
 // can raise a mark or a row's fence. The Guard remembers, per lock, the
 // last token verified, so a holder's repeated transactions cost one etcd
@@ -131,7 +131,7 @@
 //
 // A mark poisoned before a verifier was configured is set back with
 // [Guard.ResetMark], an operator's action that names the exact old mark
-// ([ErrMarkChanged] otherwise) and logs both marks at Warn.
+// (fence.ErrMarkChanged otherwise) and logs both marks at Warn.
 //
 // # What it does not guarantee
 //
@@ -154,8 +154,9 @@
 //     etcd cluster (a fresh embedded etcd, a rebuilt cluster) restarts
 //     revisions at 2, so marks of the old one refuse every new holder as
 //     stale until an operator resets them with [Guard.ResetMark]; with
-//     [WithCluster] each mark records the cluster ID and that refusal is a
-//     distinct [*ClusterError] ([ErrOtherCluster]).
+//     [WithCluster] each mark records the cluster ID and that refusal has
+//     the distinct outcome mark_ahead (fence.ErrMarkAhead,
+//     [ErrOtherCluster]).
 //   - A COMMIT interrupted by a lost connection has an unknown outcome
 //     ([ErrCommitUnknown]); use [Guard.Record] to make a re-run safe.
 //   - Only modernc.org/sqlite errors are classified for SQLite; other
@@ -163,11 +164,15 @@
 //   - Without [WithVerifier], any token newer than the mark advances it:
 //     a client able to choose the token can raise the mark.
 //
-// Errors are matched with errors.Is and errors.As: [*StaleError] carries the
-// resource, the refused token and the current mark; [*WrongLockError],
-// [*DuplicateError], [*RetryableError] (wrapping the driver's error) and
-// [*SchemaError] carry their details. [ErrStale] and [ErrWrongLock] are the
-// fence package's sentinels, so errors.Is(err, fence.ErrStale) holds too.
+// Errors are matched with errors.Is and errors.As. A refused token is a
+// *fence.RefusedError, the refusal type of every package of the module,
+// carrying the resource (the table in row-column mode, with Row), the
+// refused token and the current mark, and an Outcome whose word is the
+// metrics' and logs' (fence.ErrStale, fence.ErrWrongLock,
+// fence.ErrMarkAhead, fence.ErrUnverified). This package's own conditions
+// are its sentinels: [ErrNoRow], [ErrRetryable] (wrapping the driver's
+// error), [ErrNeedTx], [ErrInvalid], [ErrDuplicate] ([*DuplicateError])
+// and [ErrUnsafeSchema] ([*SchemaError]).
 // A cancelled context stays matchable (errors.Is(err, context.Canceled)).
 //
 // # Observability

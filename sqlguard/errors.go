@@ -10,17 +10,10 @@ import (
 )
 
 var (
-	// ErrStale reports a token older than the mark the database already
-	// accepted. It is fence.ErrStale itself, so either name matches. Errors
-	// matching it are *StaleError.
-	ErrStale = fence.ErrStale
-	// ErrWrongLock reports a token for another lock than the one the
-	// resource's mark is bound to. It is fence.ErrWrongLock itself. Errors
-	// matching it are *WrongLockError.
-	ErrWrongLock = fence.ErrWrongLock
-	// ErrNotFound reports that a row-column update matched no row, or that
-	// a resource has no mark yet.
-	ErrNotFound = errors.New("sqlguard: not found")
+	// ErrNoRow reports that a row-column Update or Upsert found no row to
+	// fence: Where selected none. (A resource without a mark is
+	// fence.ErrNoMark; a refused token is a *fence.RefusedError.)
+	ErrNoRow = errors.New("sqlguard: no such row")
 	// ErrDuplicate reports an idempotency key that was already recorded:
 	// the same request was applied before. Errors matching it are
 	// *DuplicateError.
@@ -28,7 +21,8 @@ var (
 	// ErrRetryable reports a transient conflict (serialization failure,
 	// deadlock, lock wait timeout, SQLite busy) after which the whole
 	// transaction must be rolled back and may be run again with the same
-	// token. Errors matching it are *RetryableError.
+	// token. Errors matching it also wrap the driver's error, for
+	// errors.As.
 	ErrRetryable = errors.New("sqlguard: retryable conflict")
 	// ErrInvalid reports an argument refused before any SQL ran: a token
 	// with a revision <= 0 (it also matches fence.ErrInvalid), an empty or
@@ -47,107 +41,40 @@ var (
 	// or may not have committed. Running it again with the same token is
 	// safe for the fence; use an idempotency key to make the writes safe too.
 	ErrCommitUnknown = errors.New("sqlguard: commit outcome unknown")
-	// ErrUnverified reports a token the Guard's Verifier (WithVerifier)
-	// did not confirm as its lock's current holder's. It is
-	// fence.ErrUnverified itself. Errors matching it are *UnverifiedError.
-	ErrUnverified = fence.ErrUnverified
-	// ErrOtherCluster reports a token refused as stale by a mark that a
-	// Guard of another etcd cluster wrote (see WithCluster). Errors
-	// matching it are *ClusterError, which match ErrStale too.
+	// ErrOtherCluster reports a token refused by a mark that a Guard of
+	// another etcd cluster wrote (see WithCluster): a *fence.RefusedError
+	// with Outcome fence.MarkAhead, matching fence.ErrMarkAhead and
+	// fence.ErrStale too.
 	ErrOtherCluster = errors.New("sqlguard: mark from another etcd cluster")
-	// ErrMarkChanged reports a ResetMark whose expected old mark is not
-	// the resource's mark. Errors matching it are *MarkChangedError.
-	ErrMarkChanged = errors.New("sqlguard: mark changed")
 )
 
-// StaleError is the error for a token older than a resource's mark.
-type StaleError struct {
-	// Resource is the fenced resource: the resource name in fence-table
-	// mode, the table name in row-column mode.
-	Resource string
-	// Row names the refused row in row-column mode: the key columns and
-	// values of an Upsert ("id=j1"), or the Where and WhereArgs of an
-	// Update ("where (id = ?) [j1]"), at most 200 bytes. It is empty in
-	// fence-table mode. Logs never carry it.
-	Row string
-	// Token is the token that was refused.
-	Token fence.Token
-	// Current is the mark the database holds, read in the same transaction
-	// with a locking read. In row-column mode it is the highest fence among
-	// the rows the update targeted, with the token's lock name.
-	Current fence.Token
-}
-
-// The Error text ends with the way out of the one case where a stale token
-// is not a superseded holder: a new or restored etcd cluster.
-func (e *StaleError) Error() string {
-	what, reset := fmt.Sprintf("%q", e.Resource), "resets the mark, see sqlguard.Guard.ResetMark"
-	if e.Row != "" {
-		what, reset = fmt.Sprintf("table %q row %s", e.Resource, e.Row), "resets the row's fence column"
+// refused returns the *fence.RefusedError of outcome o for tok, refused by
+// resource (and row, in row-column mode) whose mark is mark.
+func refused(o fence.Outcome, resource, row string, tok, mark fence.Token) *fence.RefusedError {
+	r := &fence.RefusedError{Outcome: o, Resource: resource, Row: row, Lock: mark.Lock, Token: tok, Mark: mark}
+	if o == fence.Stale {
+		r.Err = errResetAdvice
 	}
-	return fmt.Sprintf("sqlguard: stale token for %s: lock %q revision %d is older than accepted revision %d "+
-		"(if the current holder is refused too, the etcd cluster was replaced or restored and restarted its revisions: "+
-		"an operator %s)", what, e.Token.Lock, e.Token.Revision, e.Current.Revision, reset)
+	return r
 }
 
-// Is reports whether target is ErrStale.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
+// errResetAdvice ends the text of a stale refusal with the way out of the
+// one case where a stale token is not a superseded holder.
+var errResetAdvice = errors.New("if the current holder is refused too, the etcd cluster was replaced or restored " +
+	"and restarted its revisions: an operator resets the mark (sqlguard.Guard.ResetMark) or the row's fence column")
 
-// Unwrap returns the equivalent *fence.StaleError.
-func (e *StaleError) Unwrap() error { return &fence.StaleError{Token: e.Token, Mark: e.Current} }
-
-// ClusterError is the error for a token older than a mark that was
-// written under another etcd cluster (see WithCluster): most likely the
-// etcd cluster was replaced or restored and restarted its revisions, and
-// every holder of the new cluster is refused until an operator resets the
-// mark with Guard.ResetMark. It matches ErrOtherCluster, ErrStale and
-// fence.ErrStale.
-type ClusterError struct {
-	// Resource is the fenced resource.
-	Resource string
-	// Token is the token that was refused.
-	Token fence.Token
-	// Current is the resource's mark.
-	Current fence.Token
-	// MarkCluster is the cluster ID, in hexadecimal, recorded with the
-	// mark; Cluster is this Guard's.
-	MarkCluster, Cluster string
+// clusterError is the Err of a refusal by a mark of another etcd cluster
+// (outcome fence.MarkAhead). It matches ErrOtherCluster.
+type clusterError struct {
+	markCluster, cluster string // hexadecimal cluster IDs
 }
 
-func (e *ClusterError) Error() string {
-	return fmt.Sprintf("sqlguard: stale token for %q: lock %q revision %d is older than accepted revision %d, "+
-		"which etcd cluster %s issued, not this Guard's cluster %s: a new or restored etcd cluster restarts revisions; "+
-		"an operator resets the mark with sqlguard.Guard.ResetMark",
-		e.Resource, e.Token.Lock, e.Token.Revision, e.Current.Revision, e.MarkCluster, e.Cluster)
+func (e *clusterError) Error() string {
+	return fmt.Sprintf("the mark was issued by etcd cluster %s, not this Guard's cluster %s: a new or restored etcd cluster "+
+		"restarts revisions; an operator resets the mark with sqlguard.Guard.ResetMark", e.markCluster, e.cluster)
 }
 
-// Is reports whether target is ErrOtherCluster or ErrStale.
-func (e *ClusterError) Is(target error) bool { return target == ErrOtherCluster || target == ErrStale }
-
-// Unwrap returns the equivalent *fence.StaleError.
-func (e *ClusterError) Unwrap() error { return &fence.StaleError{Token: e.Token, Mark: e.Current} }
-
-// WrongLockError is the error for a token whose lock is not the lock the
-// resource's mark is bound to.
-type WrongLockError struct {
-	// Resource is the fenced resource.
-	Resource string
-	// Token is the token that was refused.
-	Token fence.Token
-	// Want is the lock the resource is bound to.
-	Want string
-}
-
-func (e *WrongLockError) Error() string {
-	return fmt.Sprintf("sqlguard: resource %q is bound to lock %q, token is for lock %q",
-		e.Resource, e.Want, e.Token.Lock)
-}
-
-// Is reports whether target is ErrWrongLock.
-func (e *WrongLockError) Is(target error) bool { return target == ErrWrongLock }
-
-// Unwrap returns the equivalent *fence.WrongLockError.
-func (e *WrongLockError) Unwrap() error { return &fence.WrongLockError{Token: e.Token, Want: e.Want} }
+func (e *clusterError) Is(target error) bool { return target == ErrOtherCluster }
 
 // DuplicateError is the error for an idempotency key recorded before.
 type DuplicateError struct {
@@ -161,22 +88,6 @@ func (e *DuplicateError) Error() string {
 
 // Is reports whether target is ErrDuplicate.
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
-
-// RetryableError wraps a driver error that means "roll back and run the
-// transaction again".
-type RetryableError struct {
-	// Err is the driver's error (*pgconn.PgError, *mysql.MySQLError,
-	// *sqlite.Error, ...).
-	Err error
-}
-
-func (e *RetryableError) Error() string { return "sqlguard: retryable: " + e.Err.Error() }
-
-// Is reports whether target is ErrRetryable.
-func (e *RetryableError) Is(target error) bool { return target == ErrRetryable }
-
-// Unwrap returns Err.
-func (e *RetryableError) Unwrap() error { return e.Err }
 
 // SchemaError describes a table or column that is missing or unsafe.
 type SchemaError struct {
@@ -200,8 +111,9 @@ func (e *SchemaError) Error() string {
 // Is reports whether target is ErrUnsafeSchema.
 func (e *SchemaError) Is(target error) bool { return target == ErrUnsafeSchema }
 
-// Classify returns err wrapped in a *RetryableError when the database
-// reported a transient conflict in g's dialect, and err unchanged
+// Classify returns err wrapped in an error matching ErrRetryable (errors.As
+// still reaches the driver's error) when the database reported a
+// transient conflict in g's dialect, and err unchanged
 // otherwise (nil for nil). Use it on errors from your own statements inside
 // a fenced transaction; RunTx applies it to whatever its function returns.
 //
@@ -219,10 +131,13 @@ func (g *Guard) Classify(err error) error {
 		return err
 	}
 	if g.retryable(err) {
-		return &RetryableError{Err: err}
+		return asRetryable(err)
 	}
 	return err
 }
+
+// asRetryable wraps err to match ErrRetryable.
+func asRetryable(err error) error { return fmt.Errorf("%w: %w", ErrRetryable, err) }
 
 func (g *Guard) retryable(err error) bool {
 	switch g.d {
@@ -278,7 +193,7 @@ func ctxErr(ctx context.Context, err error) error {
 }
 
 // wrapErr is how every statement error leaves the package: cancellation
-// stays matchable, transient conflicts become *RetryableError.
+// stays matchable, transient conflicts match ErrRetryable.
 func (g *Guard) wrapErr(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("sqlguard: %s: %w", op, ctxErr(ctx, err))

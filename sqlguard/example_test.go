@@ -62,9 +62,9 @@ func Example() {
 	fmt.Println("newer:", deposit(newer, 10))
 
 	err = deposit(older, 1000)
-	var stale *sqlguard.StaleError
+	var stale *fence.RefusedError
 	if errors.As(err, &stale) {
-		fmt.Printf("older: refused, %q is at revision %d\n", stale.Resource, stale.Current.Revision)
+		fmt.Printf("older: refused, %q is at revision %d\n", stale.Resource, stale.Mark.Revision)
 	}
 	fmt.Println("matches fence.ErrStale:", errors.Is(err, fence.ErrStale))
 
@@ -109,8 +109,8 @@ func ExampleGuard_Update() {
 		return err
 	}
 	fmt.Println(set(7, "j1", "running"))
-	fmt.Println(errors.Is(set(6, "j1", "failed"), sqlguard.ErrStale))
-	fmt.Println(errors.Is(set(8, "j2", "running"), sqlguard.ErrNotFound))
+	fmt.Println(errors.Is(set(6, "j1", "failed"), fence.ErrStale))
+	fmt.Println(errors.Is(set(8, "j2", "running"), sqlguard.ErrNoRow))
 	// Output:
 	// <nil>
 	// true
@@ -140,7 +140,7 @@ func ExampleGuard_Record() {
 	}
 	fmt.Println(pay("req-42"))
 	err = pay("req-42")
-	fmt.Println(errors.Is(err, sqlguard.ErrDuplicate), errors.Is(err, sqlguard.ErrStale))
+	fmt.Println(errors.Is(err, sqlguard.ErrDuplicate), errors.Is(err, fence.ErrStale))
 	// Output:
 	// <nil>
 	// true false
@@ -181,9 +181,9 @@ func ExampleGuard_Bind() {
 	}
 	wrong := fence.Token{Lock: "payments", Revision: 7}
 	err = g.RunTx(ctx, db, nil, wrong, []string{"account/alice"}, nil)
-	var wl *sqlguard.WrongLockError
+	var wl *fence.RefusedError
 	if errors.As(err, &wl) {
-		fmt.Printf("refused: %q is bound to lock %q\n", wl.Resource, wl.Want)
+		fmt.Printf("refused: %q is bound to lock %q\n", wl.Resource, wl.Lock)
 	}
 	right := fence.Token{Lock: "accounts", Revision: 5}
 	fmt.Println(g.RunTx(ctx, db, nil, right, []string{"account/alice"}, nil))
@@ -218,9 +218,9 @@ func ExampleWithCluster() {
 	}
 	tok := fence.Token{Lock: "accounts", Revision: 2} // the new cluster's first holder
 	err = fresh.Claim(ctx, db, tok, "account/alice")
-	var ce *sqlguard.ClusterError
+	var ce *fence.RefusedError
 	if errors.As(err, &ce) {
-		fmt.Printf("refused: mark %d from cluster %s\n", ce.Current.Revision, ce.MarkCluster)
+		fmt.Printf("refused: %s, mark %d from another cluster: %t\n", ce.Outcome, ce.Mark.Revision, errors.Is(err, sqlguard.ErrOtherCluster))
 	}
 	// The operator's recovery, once the old cluster's holders are gone.
 	if err := fresh.ResetMark(ctx, db, "account/alice", fence.Token{Lock: "accounts", Revision: 4012}, tok); err != nil {
@@ -228,6 +228,6 @@ func ExampleWithCluster() {
 	}
 	fmt.Println(fresh.Claim(ctx, db, tok, "account/alice"))
 	// Output:
-	// refused: mark 4012 from cluster cdf818194e3a8c32
+	// refused: mark_ahead, mark 4012 from another cluster: true
 	// <nil>
 }

@@ -34,8 +34,8 @@ func (e *env) fenceTx(tk fence.Token, resources ...string) error {
 // T1-T5, T11: absent, newer, equal, older, and the exact int64 range.
 func TestFenceSemantics(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		if _, err := e.g.Mark(context.Background(), e.db, "acct"); !errors.Is(err, sqlguard.ErrNotFound) {
-			t.Fatalf("Mark before any fence: got %v, want ErrNotFound", err)
+		if _, err := e.g.Mark(context.Background(), e.db, "acct"); !errors.Is(err, fence.ErrNoMark) {
+			t.Fatalf("Mark before any fence: got %v, want fence.ErrNoMark", err)
 		}
 		if err := e.fenceTx(tok(5), "acct"); err != nil {
 			t.Fatalf("first fence (T1): %v", err)
@@ -57,19 +57,18 @@ func TestFenceSemantics(t *testing.T) {
 		}
 		// T4/T5: older, after the newer one committed.
 		err := e.fenceTx(tok(6), "acct")
-		if !errors.Is(err, sqlguard.ErrStale) || !errors.Is(err, fence.ErrStale) {
+		if !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("older (T4): got %v, want ErrStale", err)
 		}
-		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Resource != "acct" || se.Token != tok(6) || se.Current != tok(7) || se.Row != "" {
+		var se *fence.RefusedError
+		if !errors.As(err, &se) || se.Resource != "acct" || se.Token != tok(6) || se.Mark != tok(7) || se.Row != "" {
 			t.Fatalf("StaleError: got %+v", se)
 		}
 		if msg := err.Error(); !strings.Contains(msg, "restarted its revisions") || !strings.Contains(msg, "ResetMark") {
 			t.Fatalf("stale error does not name the new-cluster case and its recovery: %s", msg)
 		}
-		var fse *fence.StaleError
-		if !errors.As(err, &fse) || fse.Mark != tok(7) {
-			t.Fatalf("errors.As *fence.StaleError: got %+v", fse)
+		if se.Outcome != fence.Stale || se.Lock != "orders" {
+			t.Fatalf("stale refusal outcome %s lock %q, want stale, orders", se.Outcome, se.Lock)
 		}
 		if m := e.mark("acct"); m.Token != tok(7) || m.Seq != 4 {
 			t.Fatalf("mark after stale: got %+v, want unchanged 7/4", m)
@@ -82,7 +81,7 @@ func TestFenceSemantics(t *testing.T) {
 		if m := e.mark("acct"); m.Token.Revision != math.MaxInt64 {
 			t.Fatalf("MaxInt64 stored as %d", m.Token.Revision)
 		}
-		if err := e.fenceTx(tok(math.MaxInt64-1), "acct"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := e.fenceTx(tok(math.MaxInt64-1), "acct"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("MaxInt64-1 after MaxInt64: got %v, want ErrStale", err)
 		}
 	})
@@ -97,11 +96,11 @@ func TestFenceWrongLock(t *testing.T) {
 		}
 		for _, other := range []string{"billing", "Orders", "orders ", "ORDERS"} {
 			err := e.fenceTx(fence.Token{Lock: other, Revision: 1000}, "acct")
-			var we *sqlguard.WrongLockError
-			if !errors.As(err, &we) || we.Want != "orders" || we.Resource != "acct" {
+			var we *fence.RefusedError
+			if !errors.As(err, &we) || we.Lock != "orders" || we.Resource != "acct" {
 				t.Fatalf("lock %q: got %v, want *WrongLockError", other, err)
 			}
-			if !errors.Is(err, fence.ErrWrongLock) || errors.Is(err, sqlguard.ErrStale) {
+			if !errors.Is(err, fence.ErrWrongLock) || errors.Is(err, fence.ErrStale) {
 				t.Fatalf("lock %q: %v matches the wrong sentinels", other, err)
 			}
 		}
@@ -125,8 +124,8 @@ func TestFenceMultiResource(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := e.fenceTx(tok(7), "a", "b", "c")
-		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Resource != "b" || se.Current.Revision != 9 {
+		var se *fence.RefusedError
+		if !errors.As(err, &se) || se.Resource != "b" || se.Mark.Revision != 9 {
 			t.Fatalf("got %v, want stale on b", err)
 		}
 		// a was advanced by the refused transaction, then rolled back.
@@ -258,7 +257,7 @@ func TestClaim(t *testing.T) {
 		if m := e.mark("b"); m.Token.Revision != 7 {
 			t.Fatalf("mark b: %+v", m)
 		}
-		if err := e.g.Claim(ctx, e.db, tok(6), "a"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := e.g.Claim(ctx, e.db, tok(6), "a"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("older claim: got %v, want ErrStale", err)
 		}
 	})
@@ -335,11 +334,11 @@ func TestBind(t *testing.T) {
 		// The first token, of another lock, is refused: without Bind it
 		// would have bound the resource to its lock.
 		err := e.fenceTx(fence.Token{Lock: "payments", Revision: 5}, "acct")
-		var we *sqlguard.WrongLockError
-		if !errors.As(err, &we) || we.Want != "orders" || !errors.Is(err, fence.ErrWrongLock) {
+		var we *fence.RefusedError
+		if !errors.As(err, &we) || we.Lock != "orders" || !errors.Is(err, fence.ErrWrongLock) {
 			t.Fatalf("first token of another lock: got %v, want *WrongLockError for orders", err)
 		}
-		if err := e.g.Claim(ctx, e.db, fence.Token{Lock: "payments", Revision: 6}, "acct"); !errors.Is(err, sqlguard.ErrWrongLock) {
+		if err := e.g.Claim(ctx, e.db, fence.Token{Lock: "payments", Revision: 6}, "acct"); !errors.Is(err, fence.ErrWrongLock) {
 			t.Fatalf("Claim with another lock: got %v, want ErrWrongLock", err)
 		}
 		if err := e.fenceTx(tok(5), "acct"); err != nil {
@@ -360,14 +359,14 @@ func TestBind(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = e.g.Bind(ctx, e.db, "acct", "payments")
-		if !errors.As(err, &we) || we.Want != "orders" || we.Token.Lock != "payments" {
+		if !errors.As(err, &we) || we.Lock != "orders" || we.Token.Lock != "payments" {
 			t.Fatalf("Bind to another lock: got %v, want *WrongLockError", err)
 		}
 		// A resource fenced without Bind is bound by its first token.
 		if err := e.fenceTx(fence.Token{Lock: "payments", Revision: 3}, "undeclared"); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.g.Bind(ctx, e.db, "undeclared", "orders"); !errors.Is(err, sqlguard.ErrWrongLock) {
+		if err := e.g.Bind(ctx, e.db, "undeclared", "orders"); !errors.Is(err, fence.ErrWrongLock) {
 			t.Fatalf("Bind after a first token: got %v, want ErrWrongLock", err)
 		}
 		for name, err := range map[string]error{
@@ -381,7 +380,7 @@ func TestBind(t *testing.T) {
 				t.Errorf("%s: got %v, want ErrInvalid", name, err)
 			}
 		}
-		if _, err := e.g.Mark(ctx, e.db, "x"); !errors.Is(err, sqlguard.ErrNotFound) {
+		if _, err := e.g.Mark(ctx, e.db, "x"); !errors.Is(err, fence.ErrNoMark) {
 			t.Fatalf("refused Binds created a row: %v", err)
 		}
 		if m := e.mark("acct"); m.Token != tok(5) || m.Seq != 1 {
@@ -464,16 +463,17 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("Mark: %+v, %v", m, err)
 		}
 		// Same cluster, old token: plain stale.
-		var se *sqlguard.StaleError
+		var se *fence.RefusedError
 		if err := fenceWith(oldC, 45); !errors.As(err, &se) || errors.Is(err, sqlguard.ErrOtherCluster) {
-			t.Fatalf("old token of the same cluster: got %v, want *StaleError", err)
+			t.Fatalf("old token of the same cluster: got %v, want a plain stale refusal", err)
 		}
 		// The new cluster's first holders get revision 2 again.
 		err := fenceWith(newC, 2)
-		var ce *sqlguard.ClusterError
-		if !errors.As(err, &ce) || !errors.Is(err, sqlguard.ErrStale) || !errors.Is(err, fence.ErrStale) ||
-			ce.MarkCluster != "cdf818194e3a8c32" || ce.Cluster != "1234" || ce.Current != tok(50) {
-			t.Fatalf("new cluster's token: got %v, want *ClusterError", err)
+		var ce *fence.RefusedError
+		if !errors.As(err, &ce) || !errors.Is(err, fence.ErrStale) || !errors.Is(err, sqlguard.ErrOtherCluster) ||
+			ce.Outcome != fence.MarkAhead || !errors.Is(err, fence.ErrMarkAhead) ||
+			!strings.Contains(err.Error(), "cdf818194e3a8c32") || !strings.Contains(err.Error(), "1234") || ce.Mark != tok(50) {
+			t.Fatalf("new cluster's token: got %v, want a mark_ahead refusal naming both clusters", err)
 		}
 		if !strings.Contains(err.Error(), "ResetMark") || !strings.Contains(err.Error(), "restarts revisions") {
 			t.Fatalf("ClusterError text: %v", err)

@@ -46,14 +46,17 @@ type Mark struct {
 // The first binding rule: a resource with no row is bound, for good, to
 // the lock of the first token that fences it (Fence, RunTx or Claim),
 // whatever that lock is; every later token of another lock is refused with
-// ErrWrongLock. When a wrong first token is possible (several locks, or
+// fence.ErrWrongLock. When a wrong first token is possible (several locks, or
 // resources named by callers), declare each resource's lock in advance
 // with Bind.
 //
 // Errors, after which the caller must roll back q:
-//   - *StaleError (ErrStale, fence.ErrStale) when a mark is newer than tok;
-//   - *WrongLockError (ErrWrongLock) when a mark is bound to another lock;
-//   - *RetryableError (ErrRetryable) on a transient conflict: roll back and
+//   - a *fence.RefusedError naming the resource, tok and the mark, of
+//     Outcome fence.Stale (fence.ErrStale) when a mark is newer than tok,
+//     fence.WrongLock (fence.ErrWrongLock) when a mark is bound to another
+//     lock, or fence.MarkAhead (fence.ErrMarkAhead, ErrOtherCluster) for
+//     a mark of another etcd cluster (see WithCluster);
+//   - ErrRetryable, wrapping the driver's error, on a transient conflict: roll back and
 //     run the whole transaction again with the same token (see RunTx);
 //   - ErrInvalid (and fence.ErrInvalid for the token) before any SQL, for an
 //     invalid token, no resources, or a bad resource name;
@@ -161,19 +164,20 @@ func (g *Guard) fenceOne(ctx context.Context, q backend.Querier, tok fence.Token
 	}
 	switch {
 	case m.Token.Lock != tok.Lock:
-		return &WrongLockError{Resource: resource, Token: tok, Want: m.Token.Lock}
+		return refused(fence.WrongLock, resource, "", tok, m.Token)
 	case m.Token.Revision > tok.Revision && g.cluster != "" && m.Cluster != "" && m.Cluster != g.cluster:
-		return &ClusterError{Resource: resource, Token: tok, Current: m.Token, MarkCluster: m.Cluster, Cluster: g.cluster}
+		r := refused(fence.MarkAhead, resource, "", tok, m.Token)
+		r.Err = &clusterError{markCluster: m.Cluster, cluster: g.cluster}
+		return r
 	case m.Token.Revision > tok.Revision:
-		return &StaleError{Resource: resource, Token: tok, Current: m.Token}
+		return refused(fence.Stale, resource, "", tok, m.Token)
 	}
 	// Cannot happen while the row is locked; treat it as a conflict.
-	return &RetryableError{Err: fmt.Errorf("fence %q: refused, but the mark %d allows %d", resource, m.Token.Revision, tok.Revision)}
+	return asRetryable(fmt.Errorf("fence %q: refused, but the mark %d allows %d", resource, m.Token.Revision, tok.Revision))
 }
 
-// Mark returns resource's mark, or an error matching ErrNotFound (and
-// fence.ErrNoMark, as guard's Mark) when the resource was never fenced nor
-// bound. A resource bound with Bind that no token fenced yet has a mark of
+// Mark returns resource's mark, or an error matching fence.ErrNoMark (as
+// guard's Mark) when the resource was never fenced nor bound. A resource bound with Bind that no token fenced yet has a mark of
 // revision 0 and Seq 0. It is a plain read: inside a transaction after
 // Fence it shows that transaction's own advance; elsewhere it may be
 // out of date as soon as it returns. Use it for display and tests, never to
@@ -211,7 +215,7 @@ func (g *Guard) readMark(ctx context.Context, q backend.Querier, resource string
 	m.Cluster = cluster.String
 	switch {
 	case err == nil && !found:
-		return Mark{}, fmt.Errorf("%w (%w): resource %q", ErrNotFound, fence.ErrNoMark, resource)
+		return Mark{}, fmt.Errorf("sqlguard: resource %q: %w", resource, fence.ErrNoMark)
 	case err != nil:
 		return Mark{}, g.wrapErr(ctx, fmt.Sprintf("read mark %q", resource), err)
 	}
@@ -255,7 +259,7 @@ func (g engine) Claim(ctx context.Context, begin backend.Begin, tok fence.Token,
 // the fence: the same token is accepted again, or refused as stale if a
 // newer holder got in first. fn must therefore be safe to run more than once
 // (do not send e-mail from it). Any other error rolls back and is returned
-// as is: *StaleError, *WrongLockError, *DuplicateError, fn's own errors,
+// as is: *fence.RefusedError, *DuplicateError, fn's own errors,
 // and the context's error. A COMMIT that fails without an error code from
 // the database returns an error matching ErrCommitUnknown: it may have
 // committed.
@@ -381,19 +385,19 @@ func (g engine) runOnce(ctx context.Context, begin backend.Begin, tok fence.Toke
 // Bind declares that resource is protected by lock: it creates the
 // resource's row in the fence table bound to lock, with no token yet
 // (revision 0, below every valid token), so that the first token of
-// another lock is refused with ErrWrongLock instead of binding the
+// another lock is refused with fence.ErrWrongLock instead of binding the
 // resource to the wrong lock (see Fence for the first binding rule).
 //
 // Binding is idempotent: when the resource is already bound to lock, with
 // or without a mark, Bind returns nil and changes nothing. When it is bound
-// to another lock, Bind changes nothing and returns a *WrongLockError
+// to another lock, Bind changes nothing and returns a *fence.RefusedError (fence.ErrWrongLock)
 // whose Want is the lock it is bound to and whose Token is
 // {Lock: lock, Revision: 0}. A binding is never changed by sqlguard; to
 // move a resource to another lock, delete its row while no holder writes.
 //
 // q may be a *sql.DB: the row is inserted if absent, then read. Errors:
 // ErrInvalid before any SQL for an invalid resource or lock name;
-// *WrongLockError; *RetryableError; the context's error. Bind is not
+// *fence.RefusedError (fence.ErrWrongLock); ErrRetryable; the context's error. Bind is not
 // counted in the decision metrics.
 func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
 	return engine{g}.Bind(ctx, querier(q), resource, lock)
@@ -426,7 +430,7 @@ func (g engine) Bind(ctx context.Context, q backend.Querier, resource, lock stri
 		return err
 	}
 	if m.Token.Lock != lock {
-		return &WrongLockError{Resource: resource, Token: fence.Token{Lock: lock}, Want: m.Token.Lock}
+		return refused(fence.WrongLock, resource, "", fence.Token{Lock: lock}, m.Token)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 // transaction rolls back, the key is forgotten with them.
 //
 // The fencing token and the idempotency key are separate checks: a stale
-// token is ErrStale whether or not the request is new, and a duplicate
+// token is fence.ErrStale whether or not the request is new, and a duplicate
 // request is ErrDuplicate even under the newest token. When a concurrent
 // transaction recorded the same key and has not finished, Record waits for
 // it. Keys are kept until you delete them (the table has created_at for

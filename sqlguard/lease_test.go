@@ -3,14 +3,14 @@ package sqlguard_test
 import (
 	"context"
 	"errors"
+	"github.com/fencekit/fencekit/fence"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/sqlguard"
 )
 
 // The whole story with real leases: A's etcd traffic is partitioned, its 1s
@@ -82,8 +82,8 @@ func TestLeaseEndToEnd(t *testing.T) {
 
 			// A wakes up late and writes with its old token.
 			err = write(a, "A", 1000)
-			var se *sqlguard.StaleError
-			if !errors.As(err, &se) || se.Token != a.Fence() || se.Current != b.Fence() {
+			var se *fence.RefusedError
+			if !errors.As(err, &se) || se.Token != a.Fence() || se.Mark != b.Fence() {
 				t.Fatalf("A's late write: got %v, want *StaleError with B's token as the mark", err)
 			}
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,12 +18,15 @@ import (
 //
 //   - fencekit_sqlguard_decisions_total{op,outcome}: one per call of
 //     Fence, Update, Upsert, Claim and Record (op "fence", "update",
-//     "upsert", "claim", "record"), by outcome: "accepted" (for Record:
-//     recorded), "stale", "wrong_lock", "not_found", "duplicate",
-//     "retryable", "invalid" (refused before any SQL, including ErrNeedTx),
-//     "unverified" (refused by the Verifier of WithVerifier), or "error"
-//     (anything else: the context ended, a driver error, a verifier that
-//     could not tell, an unknown commit). RunTx counts each attempt's Fence as op "fence";
+//     "upsert", "claim", "record"), by outcome: the words of
+//     fence.Outcome for a fencing decision, "accepted" (for Record:
+//     recorded), "stale", "wrong_lock", "mark_ahead" (a mark of another
+//     etcd cluster, ErrOtherCluster), "unverified" (refused by the
+//     Verifier of WithVerifier) or "failed" (anything else: the context
+//     ended, a driver error, a verifier that could not tell, an unknown
+//     commit); and this package's own: "not_found" (ErrNoRow),
+//     "duplicate", "retryable", "invalid" (refused before any SQL,
+//     including ErrNeedTx). RunTx counts each attempt's Fence as op "fence";
 //     Claim counts once, with its final result, as op "claim".
 //   - fencekit_sqlguard_retries_total: transactions RunTx or Claim ran
 //     again after a retryable error.
@@ -62,10 +66,20 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
+// The outcome label values of fencing decisions, in fence.Outcome's words.
+var (
+	outAccepted   = fence.Accepted.String()
+	outStale      = fence.Stale.String()
+	outWrongLock  = fence.WrongLock.String()
+	outMarkAhead  = fence.MarkAhead.String()
+	outUnverified = fence.Unverified.String()
+	outFailed     = fence.Failed.String()
+)
+
 // The op and outcome label values.
 var (
 	metricOps      = []string{"fence", "update", "upsert", "claim", "record"}
-	metricOutcomes = []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "unverified", "error"}
+	metricOutcomes = []string{outAccepted, outStale, outWrongLock, outMarkAhead, "not_found", "duplicate", "retryable", "invalid", outUnverified, outFailed}
 )
 
 type metrics struct {
@@ -77,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_sqlguard_decisions_total",
-			Help: "Fence, Update, Upsert, Claim and Record calls by op and outcome: accepted, stale, wrong_lock, not_found, duplicate, retryable, invalid, unverified, error.",
+			Help: "Fence, Update, Upsert, Claim and Record calls by op and outcome: accepted, stale, wrong_lock, mark_ahead, not_found, duplicate, retryable, invalid, unverified, failed.",
 		}, []string{"op", "outcome"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencekit_sqlguard_retries_total",
@@ -100,25 +114,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // outcome names the result err of a decision for metrics and logs.
 func outcome(err error) string {
+	if o := fence.OutcomeOf(err); o != fence.Failed {
+		return o.String()
+	}
 	switch {
-	case err == nil:
-		return "accepted"
-	case errors.Is(err, ErrUnverified):
-		return "unverified"
-	case errors.Is(err, ErrStale):
-		return "stale"
-	case errors.Is(err, ErrWrongLock):
-		return "wrong_lock"
 	case errors.Is(err, ErrDuplicate):
 		return "duplicate"
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNoRow):
 		return "not_found"
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrNeedTx):
 		return "invalid"
 	case errors.Is(err, ErrRetryable):
 		return "retryable"
 	}
-	return "error"
+	return outFailed
 }
 
 // decidedIfErr is decided for a failure only: a step that passed is not a
@@ -136,42 +145,45 @@ func (g *Guard) decided(ctx context.Context, op string, err error) error {
 	if g.met != nil {
 		g.met.decisions.WithLabelValues(op, o).Inc()
 	}
+	if err == nil || !g.log.Enabled(ctx, slog.LevelWarn) {
+		return err
+	}
 	var attrs []slog.Attr
-	var stale *StaleError
-	var cl *ClusterError
-	var wrong *WrongLockError
+	var r *fence.RefusedError
 	var dup *DuplicateError
-	var unv *UnverifiedError
 	msg := "sqlguard: fencing token refused"
 	switch {
-	case errors.As(err, &unv):
-		// The verifier's text may quote the token, lock name included:
-		// log the lock's hash in its place.
-		attrs = []slog.Attr{logattr.Lock(unv.Token.Lock), logattr.Fence(unv.Token.Revision),
-			slog.String("error", strings.ReplaceAll(unv.Err.Error(), unv.Token.Lock, logattr.Hash(unv.Token.Lock)))}
-	case errors.As(err, &cl):
-		attrs = []slog.Attr{slog.String("resource", cl.Resource), logattr.Lock(cl.Current.Lock),
-			logattr.Fence(cl.Token.Revision), slog.Int64("mark", cl.Current.Revision),
-			slog.String("mark_cluster", cl.MarkCluster), slog.String("cluster", cl.Cluster)}
-	case errors.As(err, &stale):
-		attrs = []slog.Attr{slog.String("resource", stale.Resource), logattr.Lock(stale.Current.Lock),
-			logattr.Fence(stale.Token.Revision), slog.Int64("mark", stale.Current.Revision)}
-		if stale.Token.Lock != stale.Current.Lock {
-			attrs = append(attrs, slog.String("fence_lock", logattr.Hash(stale.Token.Lock)))
-		}
-	case errors.As(err, &wrong):
-		attrs = []slog.Attr{slog.String("resource", wrong.Resource), logattr.Lock(wrong.Want),
-			logattr.Fence(wrong.Token.Revision), slog.String("fence_lock", logattr.Hash(wrong.Token.Lock))}
+	case errors.As(err, &r):
+		attrs = refusalAttrs(r)
 	case errors.As(err, &dup):
 		msg = "sqlguard: duplicate request refused"
 		attrs = []slog.Attr{slog.String("request", logattr.Hash(dup.RequestID))}
 	default:
 		return err
 	}
-	if !g.log.Enabled(ctx, slog.LevelWarn) {
-		return err
-	}
 	attrs = append([]slog.Attr{slog.String("op", op), logattr.Outcome(o)}, attrs...)
 	g.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 	return err
+}
+
+// refusalAttrs are the log fields of a refusal.
+func refusalAttrs(r *fence.RefusedError) []slog.Attr {
+	if r.Outcome == fence.Unverified {
+		// The verifier's text may quote the token, lock name included:
+		// log the lock's hash in its place.
+		return []slog.Attr{logattr.Lock(r.Token.Lock), logattr.Fence(r.Token.Revision),
+			slog.String("error", strings.ReplaceAll(r.Err.Error(), r.Token.Lock, logattr.Hash(r.Token.Lock)))}
+	}
+	attrs := []slog.Attr{slog.String("resource", r.Resource), logattr.Lock(r.Lock), logattr.Fence(r.Token.Revision)}
+	if r.Outcome != fence.WrongLock {
+		attrs = append(attrs, slog.Int64("mark", r.Mark.Revision))
+	}
+	if r.Token.Lock != r.Lock {
+		attrs = append(attrs, slog.String("fence_lock", logattr.Hash(r.Token.Lock)))
+	}
+	var cl *clusterError
+	if errors.As(r.Err, &cl) {
+		attrs = append(attrs, slog.String("mark_cluster", cl.markCluster), slog.String("cluster", cl.cluster))
+	}
+	return attrs
 }

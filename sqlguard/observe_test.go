@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,7 +43,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		reg, logs := e.observed()
 		want := map[string]float64{}
 		for _, op := range []string{"fence", "update", "upsert", "claim", "record"} {
-			for _, o := range []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "unverified", "error"} {
+			for _, o := range []string{"accepted", "stale", "wrong_lock", "not_found", "duplicate", "retryable", "invalid", "unverified", "failed", "mark_ahead"} {
 				want["op="+op+",outcome="+o] = 0
 			}
 		}
@@ -64,10 +65,10 @@ func TestMetricsAndLogs(t *testing.T) {
 		if err := e.fenceTx(tok(5), "acct"); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.fenceTx(tok(4), "acct"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := e.fenceTx(tok(4), "acct"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale fence: %v", err)
 		}
-		if err := e.fenceTx(fence.Token{Lock: "other", Revision: 9}, "acct"); !errors.Is(err, sqlguard.ErrWrongLock) {
+		if err := e.fenceTx(fence.Token{Lock: "other", Revision: 9}, "acct"); !errors.Is(err, fence.ErrWrongLock) {
 			t.Fatalf("wrong-lock fence: %v", err)
 		}
 		if err := e.g.Fence(ctx, e.db, tok(0), "acct"); !errors.Is(err, sqlguard.ErrInvalid) {
@@ -88,7 +89,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		err := e.g.RunTx(ctx, e.db, nil, tok(5), []string{"acct"}, func(context.Context, *testTx) error {
 			attempts++
 			if attempts == 1 {
-				return &sqlguard.RetryableError{Err: errors.New("simulated serialization failure")}
+				return fmt.Errorf("%w: %w", sqlguard.ErrRetryable, errors.New("simulated serialization failure"))
 			}
 			return nil
 		})
@@ -104,7 +105,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		if err := e.g.Claim(ctx, e.db, tok(6), "acct"); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.g.Claim(ctx, e.db, tok(3), "acct"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := e.g.Claim(ctx, e.db, tok(3), "acct"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale claim: %v", err)
 		}
 		if err := e.g.Claim(ctx, e.db, tok(6)); !errors.Is(err, sqlguard.ErrInvalid) {
@@ -122,10 +123,10 @@ func TestMetricsAndLogs(t *testing.T) {
 		if _, err := e.update(7, items, "x", idIs, "a"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.update(6, items, "y", idIs, "a"); !errors.Is(err, sqlguard.ErrStale) {
+		if _, err := e.update(6, items, "y", idIs, "a"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale update: %v", err)
 		}
-		if _, err := e.update(8, items, "y", idIs, "missing"); !errors.Is(err, sqlguard.ErrNotFound) {
+		if _, err := e.update(8, items, "y", idIs, "missing"); !errors.Is(err, sqlguard.ErrNoRow) {
 			t.Fatalf("update of no row: %v", err)
 		}
 		upsert := func(rev int64) error {
@@ -135,7 +136,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		if err := upsert(10); err != nil {
 			t.Fatal(err)
 		}
-		if err := upsert(9); !errors.Is(err, sqlguard.ErrStale) {
+		if err := upsert(9); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale upsert: %v", err)
 		}
 		want["op=update,outcome=accepted"] = 1

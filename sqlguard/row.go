@@ -55,16 +55,17 @@ type RowUpdate struct {
 // selects, all of which now carry tok.Revision.
 //
 // Row-column mode compares revisions only: the fence column does not record
-// which lock wrote it, so it cannot report ErrWrongLock (use Fence for
+// which lock wrote it, so it cannot report fence.ErrWrongLock (use Fence for
 // that). It cannot fence an INSERT of a new key (use Upsert) nor a DELETE: a
 // deleted row takes its fence with it, and a stale upsert can resurrect it.
 // Delete by setting a flag (a tombstone) with Update instead.
 //
-// Errors: ErrInvalid before any SQL; an error matching ErrNotFound when
-// Where selects no row; *StaleError (Resource is the table, Current the
-// highest fence found) when a row is newer, in which case some other rows
-// may already be updated and the transaction must be rolled back;
-// *RetryableError; the context's error. q may be a *sql.DB, in which case
+// Errors: ErrInvalid before any SQL; an error matching ErrNoRow when
+// Where selects no row; a *fence.RefusedError of Outcome fence.Stale
+// (Resource is the table, Row the rows targeted, Mark the highest fence
+// found, with tok's lock) when a row is newer, in which case some other
+// rows may already be updated and the transaction must be rolled back;
+// ErrRetryable; the context's error. q may be a *sql.DB, in which case
 // Update runs in a transaction of its own, unless u.Single is set.
 func (g *Guard) Update(ctx context.Context, q DBTX, tok fence.Token, u RowUpdate) (int64, error) {
 	return engine{g}.Update(ctx, querier(q), tok, u)
@@ -120,7 +121,7 @@ func (g *Guard) checkUpdate(q backend.Querier, tok fence.Token, u RowUpdate) (ta
 	return table, col, sets, nil
 }
 
-// row describes the targeted rows for a *StaleError.
+// row describes the targeted rows for a stale refusal.
 func (g *Guard) update(ctx context.Context, q backend.Querier, tok fence.Token, u RowUpdate, table, col string, sets []string, row string) (int64, error) {
 	query, args := g.updateStmt(tok, u, table, col, sets)
 	if _, err := q.Exec(ctx, query, args...); err != nil {
@@ -166,13 +167,13 @@ func (g *Guard) updateSingle(ctx context.Context, q backend.Querier, tok fence.T
 	}
 	switch {
 	case n == 0:
-		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, u.Table)
+		return 0, fmt.Errorf("%w: no row in %s matches", ErrNoRow, u.Table)
 	case newest > tok.Revision:
-		return 0, &StaleError{Resource: u.Table, Row: describeWhere(u.Where, u.WhereArgs), Token: tok,
-			Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+		return 0, refused(fence.Stale, u.Table, describeWhere(u.Where, u.WhereArgs), tok,
+			fence.Token{Lock: tok.Lock, Revision: newest})
 	case oldest < tok.Revision:
 		// The UPDATE would have raised it: the row appeared after it ran.
-		return 0, fmt.Errorf("%w: no row in %s matched when the update ran", ErrNotFound, u.Table)
+		return 0, fmt.Errorf("%w: no row in %s matched when the update ran", ErrNoRow, u.Table)
 	}
 	return n, nil
 }
@@ -226,9 +227,9 @@ func (g *Guard) verifyRows(ctx context.Context, q backend.Querier, tok fence.Tok
 	}
 	switch {
 	case n == 0:
-		return 0, fmt.Errorf("%w: no row in %s matches", ErrNotFound, name)
+		return 0, fmt.Errorf("%w: no row in %s matches", ErrNoRow, name)
 	case newest > tok.Revision:
-		return 0, &StaleError{Resource: name, Row: row, Token: tok, Current: fence.Token{Lock: tok.Lock, Revision: newest}}
+		return 0, refused(fence.Stale, name, row, tok, fence.Token{Lock: tok.Lock, Revision: newest})
 	}
 	return n, nil
 }
@@ -249,7 +250,8 @@ type RowUpsert struct {
 
 // Upsert inserts the row u.Key names with u.Set and fence tok.Revision, or
 // updates it when its stored fence is not newer than tok. It returns
-// *StaleError when the stored fence is newer, and otherwise the errors of
+// a *fence.RefusedError (fence.ErrStale) when the stored fence is newer,
+// and otherwise the errors of
 // Update. PostgreSQL and SQLite use one INSERT ... ON CONFLICT DO UPDATE
 // ... WHERE statement; MySQL and MariaDB an INSERT and, when the key
 // exists, the guarded UPDATE of Update (ON DUPLICATE KEY UPDATE has no
@@ -348,7 +350,7 @@ func (g *Guard) upsert(ctx context.Context, q backend.Querier, tok fence.Token, 
 	_, err = g.verifyRows(ctx, q, tok, u.Table, describeKey(u.Key), verify, whereArgs)
 	if err == nil {
 		// Refused, yet not newer: cannot happen while the row is locked.
-		err = &RetryableError{Err: fmt.Errorf("upsert %s: refused, but the stored fence allows %d", u.Table, tok.Revision)}
+		err = asRetryable(fmt.Errorf("upsert %s: refused, but the stored fence allows %d", u.Table, tok.Revision))
 	}
 	return err
 }
@@ -404,7 +406,7 @@ func (g *Guard) inTx(ctx context.Context, q backend.Querier, f func(backend.Quer
 	return nil
 }
 
-// maxRowDesc bounds StaleError.Row.
+// maxRowDesc bounds fence.RefusedError.Row.
 const maxRowDesc = 200
 
 // describeWhere names the rows an Update targeted: its predicate and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencekit/fencekit/fence"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func testRowUpdate(t *testing.T, e *env, single bool) {
 		e.exec("INSERT INTO " + items + " (id, val, fence) VALUES ('a', 'init', 0), ('n', 'init', NULL)")
 		idIs := "id = " + e.ph(1)
 
-		if _, err := e.updateSingle(single, 5, items, "x", idIs, "missing"); !errors.Is(err, sqlguard.ErrNotFound) || errors.Is(err, sqlguard.ErrStale) {
+		if _, err := e.updateSingle(single, 5, items, "x", idIs, "missing"); !errors.Is(err, sqlguard.ErrNoRow) || errors.Is(err, fence.ErrStale) {
 			t.Fatalf("missing row (T1/T7): got %v, want ErrNotFound", err)
 		}
 		if n, err := e.updateSingle(single, 5, items, "v5", idIs, "a"); err != nil || n != 1 {
@@ -79,8 +80,8 @@ func testRowUpdate(t *testing.T, e *env, single bool) {
 			t.Fatalf("newer: %v", err)
 		}
 		_, err := e.updateSingle(single, 6, items, "v6", idIs, "a")
-		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Current.Revision != 7 || se.Resource != items {
+		var se *fence.RefusedError
+		if !errors.As(err, &se) || se.Mark.Revision != 7 || se.Resource != items {
 			t.Fatalf("older (T4): got %v, want *StaleError current 7", err)
 		}
 		// The error names the row, and the way out of a restarted etcd.
@@ -116,8 +117,8 @@ func TestRowUpdateMultiRowAndOr(t *testing.T) {
 				Set: []sqlguard.Assign{{Column: "val", Value: "new"}}, Where: where, WhereArgs: []any{"a", "b"}})
 			return err
 		})
-		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Current.Revision != 9 {
+		var se *fence.RefusedError
+		if !errors.As(err, &se) || se.Mark.Revision != 9 {
 			t.Fatalf("multi-row with a newer row (T8): got %v", err)
 		}
 		for _, id := range []string{"a", "b", "c"} {
@@ -158,8 +159,8 @@ func TestRowUpsert(t *testing.T) {
 			t.Fatalf("newer: %v", err)
 		}
 		err := up(6, "k", "v6")
-		var se *sqlguard.StaleError
-		if !errors.As(err, &se) || se.Current.Revision != 8 || se.Row != "id=k" || !strings.Contains(err.Error(), `row id=k`) {
+		var se *fence.RefusedError
+		if !errors.As(err, &se) || se.Mark.Revision != 8 || se.Row != "id=k" || !strings.Contains(err.Error(), `row id=k`) {
 			t.Fatalf("stale upsert: got %v (row %q)", err, se.Row)
 		}
 		if v, f := e.row(items, "k"); v != "v8" || f != 8 {
@@ -173,7 +174,7 @@ func TestRowUpsert(t *testing.T) {
 		if _, err := e.update(9, items, "deleted", "id = "+e.ph(1), "k"); err != nil {
 			t.Fatal(err)
 		}
-		if err := up(6, "k", "resurrected"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := up(6, "k", "resurrected"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale write over tombstone: got %v", err)
 		}
 		// Limitation: after a real DELETE the fence is gone and a stale
@@ -197,7 +198,7 @@ func TestRowSetOrder(t *testing.T) {
 		if !errors.Is(err, sqlguard.ErrInvalid) {
 			t.Fatalf("assigning the fence column: got %v", err)
 		}
-		if _, err := e.update(5, items, "stale", "id = "+e.ph(1), "a"); !errors.Is(err, sqlguard.ErrStale) {
+		if _, err := e.update(5, items, "stale", "id = "+e.ph(1), "a"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("got %v", err)
 		}
 		if v, f := e.row(items, "a"); v != "x" || f != 7 {
@@ -291,10 +292,10 @@ func TestRecord(t *testing.T) {
 		}
 		err := apply(5, "req-1")
 		var de *sqlguard.DuplicateError
-		if !errors.As(err, &de) || de.RequestID != "req-1" || errors.Is(err, sqlguard.ErrStale) {
+		if !errors.As(err, &de) || de.RequestID != "req-1" || errors.Is(err, fence.ErrStale) {
 			t.Fatalf("duplicate: got %v", err)
 		}
-		if err := apply(4, "req-2"); !errors.Is(err, sqlguard.ErrStale) || errors.Is(err, sqlguard.ErrDuplicate) {
+		if err := apply(4, "req-2"); !errors.Is(err, fence.ErrStale) || errors.Is(err, sqlguard.ErrDuplicate) {
 			t.Fatalf("stale with a new key: got %v", err)
 		}
 		if ok, err := e.g.Recorded(ctx, e.db, "req-2"); err != nil || ok {

@@ -193,12 +193,13 @@ func WithMaxAttempts(n int) Option {
 // clientv3.Client.MemberList(ctx).Header.ClusterId), with every mark the
 // Guard advances or resets, in the fence table's cluster_id column (Migrate
 // adds it to an existing table). A token refused as stale by a mark that
-// another cluster's Guard wrote is then reported as a *ClusterError
-// (ErrOtherCluster, and ErrStale too): a new or restored etcd cluster
+// another cluster's Guard wrote is then refused with outcome mark_ahead
+// (a *fence.RefusedError matching ErrOtherCluster, fence.ErrMarkAhead and
+// fence.ErrStale): a new or restored etcd cluster
 // starts revisions again, so every holder of it is refused until an
 // operator resets the mark with ResetMark. id must not be 0. Without
 // WithCluster, marks carry no cluster and such a refusal is a plain
-// *StaleError whose text names this case. Row-column mode records no
+// stale refusal whose text names this case. Row-column mode records no
 // cluster.
 func WithCluster(id uint64) Option {
 	return optionFunc(func(c *config) error {

@@ -155,27 +155,11 @@ func (s *span) end(err error) {
 		return
 	}
 	hide := []string{s.hide}
-	var stale *StaleError
-	var cl *ClusterError
-	var wrong *WrongLockError
+	var r *fence.RefusedError
 	var dup *DuplicateError
-	var unv *UnverifiedError
 	switch {
-	case errors.As(err, &unv):
-		hide = append(hide, unv.Token.Lock)
-	case errors.As(err, &cl):
-		attrs = append(attrs, attrResource.String(cl.Resource), attrMark.Int64(cl.Current.Revision),
-			attrMarkCluster.String(cl.MarkCluster), attrCluster.String(cl.Cluster))
-	case errors.As(err, &stale):
-		attrs = append(attrs, attrResource.String(stale.Resource), attrMark.Int64(stale.Current.Revision))
-		if stale.Token.Lock != stale.Current.Lock {
-			attrs = append(attrs, attrLock.String(logattr.Hash(stale.Current.Lock)),
-				attrFenceLock.String(logattr.Hash(stale.Token.Lock)))
-		}
-	case errors.As(err, &wrong):
-		hide = append(hide, wrong.Want)
-		attrs = append(attrs, attrResource.String(wrong.Resource), attrLock.String(logattr.Hash(wrong.Want)),
-			attrFenceLock.String(logattr.Hash(wrong.Token.Lock)))
+	case errors.As(err, &r):
+		hide, attrs = refusalSpan(r, hide, attrs)
 	case errors.As(err, &dup):
 		hide = append(hide, dup.RequestID)
 	}
@@ -188,12 +172,11 @@ func (s *span) end(err error) {
 // strings in hide (lock names, idempotency keys) nor row keys.
 func statusText(err error, hide []string) string {
 	switch outcome(err) {
-	case "stale":
-		if errors.Is(err, ErrOtherCluster) {
-			return "sqlguard: stale fencing token: the mark is another etcd cluster's; see ResetMark"
-		}
+	case outMarkAhead:
+		return "sqlguard: stale fencing token: the mark is another etcd cluster's; see ResetMark"
+	case outStale:
 		return "sqlguard: stale fencing token"
-	case "wrong_lock":
+	case outWrongLock:
 		return "sqlguard: fencing token for another lock"
 	case "not_found":
 		return "sqlguard: no row matches"
@@ -201,4 +184,25 @@ func statusText(err error, hide []string) string {
 		return "sqlguard: duplicate request"
 	}
 	return logattr.Redact(err.Error(), hide...)
+}
+
+// refusalSpan adds the span attributes of the refusal r to attrs, and the
+// lock names its status must not show to hide.
+func refusalSpan(r *fence.RefusedError, hide []string, attrs []attribute.KeyValue) ([]string, []attribute.KeyValue) {
+	switch r.Outcome {
+	case fence.Unverified:
+		return append(hide, r.Token.Lock), attrs
+	case fence.WrongLock:
+		return append(hide, r.Lock), append(attrs, attrResource.String(r.Resource), attrLock.String(logattr.Hash(r.Lock)),
+			attrFenceLock.String(logattr.Hash(r.Token.Lock)))
+	}
+	attrs = append(attrs, attrResource.String(r.Resource), attrMark.Int64(r.Mark.Revision))
+	var cl *clusterError
+	if errors.As(r.Err, &cl) {
+		attrs = append(attrs, attrMarkCluster.String(cl.markCluster), attrCluster.String(cl.cluster))
+	}
+	if r.Token.Lock != r.Lock {
+		attrs = append(attrs, attrLock.String(logattr.Hash(r.Lock)), attrFenceLock.String(logattr.Hash(r.Token.Lock)))
+	}
+	return hide, attrs
 }

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/spantest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	"go.opentelemetry.io/otel/attribute"
@@ -78,11 +78,11 @@ func TestTracingSpans(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("RunTx(5): %v", err)
 		}
-		if err := g.RunTx(ctx, e.db.DB, nil, tok(3), []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrStale) {
+		if err := g.RunTx(ctx, e.db.DB, nil, tok(3), []string{"acct"}, nil); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("RunTx(3) = %v, want ErrStale", err)
 		}
 		other := fence.Token{Lock: "invoices", Revision: 9}
-		if err := g.RunTx(ctx, e.db.DB, nil, other, []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrWrongLock) {
+		if err := g.RunTx(ctx, e.db.DB, nil, other, []string{"acct"}, nil); !errors.Is(err, fence.ErrWrongLock) {
 			t.Fatalf("RunTx(other lock) = %v, want ErrWrongLock", err)
 		}
 		if err := g.Claim(ctx, e.db.DB, tok(6), "acct", "ledger"); err != nil {
@@ -119,10 +119,10 @@ func TestTracingSpans(t *testing.T) {
 		if err := upd(5, "secret-row"); err != nil {
 			t.Fatalf("Update(5): %v", err)
 		}
-		if err := upd(4, "secret-row"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := upd(4, "secret-row"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("Update(4) = %v, want ErrStale", err)
 		}
-		if err := upd(5, "no-such-row"); !errors.Is(err, sqlguard.ErrNotFound) {
+		if err := upd(5, "no-such-row"); !errors.Is(err, sqlguard.ErrNoRow) {
 			t.Fatalf("Update(missing row) = %v, want ErrNotFound", err)
 		}
 		ups := func(rev int64) error {
@@ -132,7 +132,7 @@ func TestTracingSpans(t *testing.T) {
 		if err := ups(6); err != nil {
 			t.Fatalf("Upsert(6): %v", err)
 		}
-		if err := ups(2); !errors.Is(err, sqlguard.ErrStale) {
+		if err := ups(2); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("Upsert(2) = %v, want ErrStale", err)
 		}
 
@@ -271,7 +271,7 @@ func TestTracingKeepsOwnerTokensSecret(t *testing.T) {
 		if err := write(b); err != nil {
 			t.Fatalf("B's write: %v", err)
 		}
-		if err := write(a); !errors.Is(err, sqlguard.ErrStale) {
+		if err := write(a); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("A's late write = %v, want ErrStale", err)
 		}
 		if err := b.Release(ctx); err != nil {
@@ -311,7 +311,7 @@ func TestTracingRetries(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = g.RunTx(context.Background(), e.db.DB, nil, tok(5), []string{"acct"}, func(context.Context, *sql.Tx) error {
-			return &sqlguard.RetryableError{Err: errors.New("conflict on orders")}
+			return fmt.Errorf("%w: %w", sqlguard.ErrRetryable, errors.New("conflict on orders"))
 		})
 		if !errors.Is(err, sqlguard.ErrRetryable) {
 			t.Fatalf("RunTx = %v, want ErrRetryable", err)

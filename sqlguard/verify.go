@@ -34,14 +34,14 @@ const VerifiedCacheSize = 1024
 // VerifiedCacheSize locks), so a holder's repeated transactions cost one
 // Verify per acquisition, whatever resources they fence.
 //
-// A token v does not confirm is refused before any SQL with an
-// *UnverifiedError (ErrUnverified, fence.ErrUnverified; outcome
-// "unverified"), and nothing changes. This includes the token of a
-// holder that has since been superseded, when this Guard had not
-// verified it while it was current: such a holder gets ErrUnverified
-// instead of ErrStale; both mean it must stop. When v cannot tell (etcd
-// unreachable, ctx ended) the call fails with v's error wrapped (outcome
-// "error") and nothing changes: a verifying Guard never advances a mark
+// A token v does not confirm is refused before any SQL with a
+// *fence.RefusedError of Outcome fence.Unverified (fence.ErrUnverified;
+// its Err is v's answer), and nothing changes. This includes the token of
+// a holder that has since been superseded, when this Guard had not
+// verified it while it was current: such a holder gets
+// fence.ErrUnverified instead of fence.ErrStale; both mean it must stop.
+// When v cannot tell (etcd unreachable, ctx ended) the call fails with v's
+// error wrapped (outcome "failed") and nothing changes: a verifying Guard never advances a mark
 // with a token it could not verify.
 //
 // A remembered token stays verified after its lease ends, until this
@@ -57,28 +57,6 @@ func WithVerifier(v Verifier) Option {
 		return nil
 	})
 }
-
-// UnverifiedError is the error for a token the Guard's Verifier did not
-// confirm. It matches ErrUnverified and fence.ErrUnverified.
-type UnverifiedError struct {
-	// Op is the call that refused the token: "fence", "claim", "update"
-	// or "upsert".
-	Op string
-	// Token is the token that was refused.
-	Token fence.Token
-	// Err is the Verifier's answer.
-	Err error
-}
-
-func (e *UnverifiedError) Error() string {
-	return fmt.Sprintf("sqlguard: %s: token %s not verified: %v", e.Op, e.Token, e.Err)
-}
-
-// Is reports whether target is ErrUnverified.
-func (e *UnverifiedError) Is(target error) bool { return target == ErrUnverified }
-
-// Unwrap returns Err.
-func (e *UnverifiedError) Unwrap() error { return e.Err }
 
 // verifiedCache remembers, per lock, the revision of the last token
 // verified, for at most VerifiedCacheSize locks (oldest entry evicted).
@@ -126,28 +104,10 @@ func (g *Guard) verify(ctx context.Context, op string, tok fence.Token) error {
 		g.verified.add(tok)
 		return nil
 	case errors.Is(err, fence.ErrUnverified):
-		return &UnverifiedError{Op: op, Token: tok, Err: err}
+		return unverified(tok, err)
 	}
 	return fmt.Errorf("sqlguard: %s: verify token: %w", op, ctxErr(ctx, err))
 }
-
-// MarkChangedError is the error of a ResetMark whose expected old mark is
-// not the resource's mark. It matches ErrMarkChanged.
-type MarkChangedError struct {
-	// Resource is the resource whose mark was to be reset.
-	Resource string
-	// Want is the old mark the caller expected.
-	Want fence.Token
-	// Mark is the resource's mark, unchanged.
-	Mark fence.Token
-}
-
-func (e *MarkChangedError) Error() string {
-	return fmt.Sprintf("sqlguard: mark of %q is %s, not %s: not reset", e.Resource, e.Mark, e.Want)
-}
-
-// Is reports whether target is ErrMarkChanged.
-func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChanged }
 
 // ResetMark sets resource's mark in the fence table back from old to
 // next: the recovery from a poisoned mark, a token no acquisition made
@@ -161,8 +121,9 @@ func (e *MarkChangedError) Is(target error) bool { return target == ErrMarkChang
 // It runs one UPDATE on q (a *sql.DB, *sql.Tx or *sql.Conn) that changes
 // the row only if it holds exactly old, and waits for fenced transactions
 // holding the row. When the mark is not old it returns a
-// *MarkChangedError (ErrMarkChanged) and changes nothing; when the
-// resource has no mark, an error matching ErrNotFound. next must be valid
+// error matching fence.ErrMarkChanged, naming both marks, and changes
+// nothing; when the resource has no mark, an error matching
+// fence.ErrNoMark. next must be valid
 // and for old's lock (ErrInvalid otherwise). A reset is logged at Warn
 // with both marks ("mark_old", "mark"); the row's seq grows by one.
 func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, next fence.Token) error {
@@ -202,10 +163,22 @@ func (g engine) ResetMark(ctx context.Context, q backend.Querier, resource strin
 		if err != nil {
 			return err
 		}
-		return &MarkChangedError{Resource: resource, Want: old, Mark: m.Token}
+		return fmt.Errorf("sqlguard: mark of %q is %s, not %s: not reset: %w", resource, m.Token, old, fence.ErrMarkChanged)
 	}
 	g.log.LogAttrs(ctx, slog.LevelWarn, "sqlguard: mark reset by operator",
 		slog.String("resource", resource), logattr.Lock(next.Lock),
 		slog.Int64("mark_old", old.Revision), slog.Int64("mark", next.Revision))
 	return nil
+}
+
+// unverified is the refusal of tok by a Verifier whose answer err matches
+// fence.ErrUnverified: the verifier's own *fence.RefusedError
+// (lease.Verifier's), or a new one around err. No resource is named: the
+// token is refused before any statement.
+func unverified(tok fence.Token, err error) error {
+	var r *fence.RefusedError
+	if errors.As(err, &r) && r.Outcome == fence.Unverified && r.Token == tok {
+		return r
+	}
+	return &fence.RefusedError{Outcome: fence.Unverified, Lock: tok.Lock, Token: tok, Err: err}
 }

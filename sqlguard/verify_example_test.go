@@ -39,7 +39,7 @@ func ExampleWithVerifier() {
 	}
 	forged := fence.Token{Lock: "accounts", Revision: 1 << 40}
 	err = g.Claim(ctx, db, forged, "account/alice")
-	fmt.Println("forged token refused:", errors.Is(err, sqlguard.ErrUnverified))
+	fmt.Println("forged token refused:", errors.Is(err, fence.ErrUnverified))
 	for range 3 {
 		if err := g.RunTx(ctx, db, nil, holder.Fence(), []string{"account/alice"}, nil); err != nil {
 			panic(err)

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,7 +160,7 @@ func TestVerifiedRefusesForgedTokens(t *testing.T) {
 				var parts []string
 				for _, r := range []string{"r1", "r2"} {
 					m, err := g.Mark(ctx, e.db, r)
-					if errors.Is(err, sqlguard.ErrNotFound) {
+					if errors.Is(err, fence.ErrNoMark) {
 						parts = append(parts, r+"=none")
 						continue
 					}
@@ -198,7 +198,7 @@ func TestVerifiedRefusesForgedTokens(t *testing.T) {
 						err := f(tok)
 						if err == nil {
 							t.Errorf("%s: %s with %s token %v: accepted", phase, op, name, tok)
-						} else if tok.Revision > 0 && !errors.Is(err, sqlguard.ErrUnverified) && !errors.Is(err, sqlguard.ErrStale) {
+						} else if tok.Revision > 0 && !errors.Is(err, fence.ErrUnverified) && !errors.Is(err, fence.ErrStale) {
 							t.Errorf("%s: %s with %s token: %v, want ErrUnverified or ErrStale", phase, op, name, err)
 						}
 					}
@@ -269,11 +269,11 @@ func TestVerifiedConcurrentForgeries(t *testing.T) {
 			}
 			wg.Wait()
 			for i, err := range errs {
-				if !errors.Is(err, sqlguard.ErrUnverified) {
+				if !errors.Is(err, fence.ErrUnverified) {
 					t.Errorf("forger %d: %v, want ErrUnverified", i, err)
 				}
 			}
-			if _, err := g.Mark(ctx, e.db, "r"); !errors.Is(err, sqlguard.ErrNotFound) {
+			if _, err := g.Mark(ctx, e.db, "r"); !errors.Is(err, fence.ErrNoMark) {
 				t.Errorf("mark after 50 forgeries: %v, want none", err)
 			}
 			if err := g.RunTx(ctx, e.db, nil, w.holder.Fence(), []string{"r"}, nil); err != nil {
@@ -303,10 +303,10 @@ func TestVerifierUnreachableSQL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err = g.Claim(ctx, e.db, w.holder.Fence(), "r")
-	if err == nil || errors.Is(err, sqlguard.ErrUnverified) || !errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, fence.ErrUnverified) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Claim with etcd unreachable: %v, want a failure matching context.DeadlineExceeded", err)
 	}
-	if _, err := g.Mark(context.Background(), e.db, "r"); !errors.Is(err, sqlguard.ErrNotFound) {
+	if _, err := g.Mark(context.Background(), e.db, "r"); !errors.Is(err, fence.ErrNoMark) {
 		t.Errorf("mark: %v, want none", err)
 	}
 	proxy.Resume()
@@ -324,14 +324,16 @@ func TestResetMarkSQL(t *testing.T) {
 		if err := g.Claim(ctx, e.db, poison, "r"); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Claim(ctx, e.db, real, "r"); !errors.Is(err, sqlguard.ErrStale) {
+		if err := g.Claim(ctx, e.db, real, "r"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("holder on a poisoned mark: %v, want stale", err)
 		}
 		for _, old := range []fence.Token{real, {Lock: "orders", Revision: 1<<40 - 1}, {Lock: "other", Revision: 1 << 40}} {
 			err := g.ResetMark(ctx, e.db, "r", old, fence.Token{Lock: old.Lock, Revision: 7})
-			var mc *sqlguard.MarkChangedError
-			if !errors.As(err, &mc) || !errors.Is(err, sqlguard.ErrMarkChanged) || mc.Mark != poison {
-				t.Errorf("reset from %v: %v, want *MarkChangedError with mark %v", old, err, poison)
+			if !errors.Is(err, fence.ErrMarkChanged) {
+				t.Errorf("reset from %v: %v, want fence.ErrMarkChanged", old, err)
+			}
+			if m, err := g.Mark(ctx, e.db, "r"); err != nil || m.Token != poison {
+				t.Errorf("reset from %v: mark %v, %v; want it unchanged at %v", old, m.Token, err, poison)
 			}
 		}
 		for _, next := range []fence.Token{{Lock: "orders"}, {Lock: "other", Revision: 7}} {
@@ -339,8 +341,8 @@ func TestResetMarkSQL(t *testing.T) {
 				t.Errorf("reset to %v: %v, want ErrInvalid", next, err)
 			}
 		}
-		if err := g.ResetMark(ctx, e.db, "none", poison, real); !errors.Is(err, sqlguard.ErrNotFound) {
-			t.Errorf("reset of a resource without a mark: %v, want ErrNotFound", err)
+		if err := g.ResetMark(ctx, e.db, "none", poison, real); !errors.Is(err, fence.ErrNoMark) {
+			t.Errorf("reset of a resource without a mark: %v, want fence.ErrNoMark", err)
 		}
 		if m := e.mark("r"); m.Token != poison {
 			t.Fatalf("mark after refused resets: %v", m.Token)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
 	"github.com/fencekit/fencekit/sqlguard"
 )
@@ -217,7 +216,7 @@ func splitDSN(s string) (driver, dsn string, err error) {
 
 func (f *markFlags) show(ctx context.Context, st markStore, resource string, e *Env) int {
 	m, err := st.show(ctx, resource)
-	if errors.Is(err, fence.ErrNoMark) || errors.Is(err, sqlguard.ErrNotFound) {
+	if errors.Is(err, fence.ErrNoMark) {
 		fmt.Fprintf(e.Stderr, "fencekit mark: resource %q has no mark\n", resource)
 		return ExitRefused
 	}
@@ -240,27 +239,28 @@ func (f *markFlags) show(ctx context.Context, st markStore, resource string, e *
 
 func (f *markFlags) reset(ctx context.Context, st markStore, resource string, old, next fence.Token, e *Env) int {
 	err := st.reset(ctx, resource, old, next)
-	var sc *sqlguard.MarkChangedError
-	var gc *guard.MarkChangedError
 	switch {
 	case err == nil:
 		fmt.Fprintf(e.Stderr, "%s fencekit mark: reset the mark of %q from %s to %s\n", time.Now().UTC().Format(time.RFC3339), resource, old, next)
 		return ExitOK
-	case errors.As(err, &sc):
-		return refusedReset(e, resource, old, sc.Mark)
-	case errors.As(err, &gc):
-		return refusedReset(e, resource, old, gc.Mark)
-	case errors.Is(err, fence.ErrNoMark), errors.Is(err, sqlguard.ErrNotFound):
+	case errors.Is(err, fence.ErrMarkChanged):
+		return refusedReset(ctx, e, st, resource, old)
+	case errors.Is(err, fence.ErrNoMark):
 		fmt.Fprintf(e.Stderr, "fencekit mark: refused: resource %q has no mark; nothing changed\n", resource)
 		return ExitRefused
 	}
 	return fail(e, "mark", markCode(err), err)
 }
 
-func refusedReset(e *Env, resource string, old, mark fence.Token) int {
+// refusedReset reports a reset refused because the mark is not old,
+// naming the mark as read again now (the refusal carries it only in its
+// text).
+func refusedReset(ctx context.Context, e *Env, st markStore, resource string, old fence.Token) int {
 	now := "none"
-	if !mark.IsZero() {
-		now = mark.String()
+	if m, err := st.show(ctx, resource); err == nil {
+		now = m.FencingToken
+	} else if !errors.Is(err, fence.ErrNoMark) {
+		now = "unknown (" + err.Error() + ")"
 	}
 	fmt.Fprintf(e.Stderr, "fencekit mark: refused: the mark of %q is %s, not --old %s; nothing changed\n", resource, now, old)
 	return ExitRefused

@@ -12,8 +12,8 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
@@ -53,13 +54,14 @@ func cmdVerify(args []string, e *Env) int {
 	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
 	defer cancel()
 	err = v.Verify(ctx, tok)
-	var ue *lease.UnverifiedError
+	var re *fence.RefusedError
 	switch {
 	case err == nil:
 		fmt.Fprintf(e.Stdout, "yes: %s is the token of the current holder of %q\n", tok, tok.Lock)
 		return ExitOK
-	case errors.As(err, &ue):
-		fmt.Fprintf(e.Stdout, "no: %s is not the token of the current holder of %q: %s\n", tok, tok.Lock, ue.Reason)
+	case errors.As(err, &re) && re.Outcome == fence.Unverified:
+		fmt.Fprintf(e.Stdout, "no: %s is not the token of the current holder of %q: %s\n", tok, tok.Lock,
+			strings.TrimPrefix(re.Err.Error(), "lease: "))
 		return ExitRefused
 	}
 	return fail(e, "verify", ExitConn, err)

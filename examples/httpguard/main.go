@@ -168,6 +168,28 @@ func (w *worker) put(ctx context.Context, l *lease.Lease, report, body string) (
 	return resp.StatusCode, nil
 }
 
+// story is the example's cast: the service, the two workers, and the
+// fault that freezes worker A.
+type story struct {
+	base     string
+	reg      *prometheus.Registry
+	freeze   faults.Fault
+	a, b     *worker
+	leaseA   *lease.Lease
+	leaseB   *lease.Lease
+	cleanups []func()
+}
+
+// onCleanup registers f to run at cleanup, after those registered later.
+func (s *story) onCleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+
+// cleanup runs the registered functions, the last first.
+func (s *story) cleanup() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+}
+
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -180,127 +202,161 @@ func run() error {
 	}
 	defer etcd.Close()
 
-	// The service.
-	svcCli, err := etcd.NewClient()
-	if err != nil {
+	s := &story{reg: prometheus.NewRegistry()}
+	defer s.cleanup()
+	if err := s.startService(etcd); err != nil {
 		return err
 	}
-	defer svcCli.Close()
-	reg := prometheus.NewRegistry()
-	srv, base, err := startService(svcCli, reg)
-	if err != nil {
+	if err := s.startWorkers(etcd); err != nil {
 		return err
 	}
-	defer srv.Close()
-	fmt.Println("fenced report service at", base)
+	for _, step := range []func(context.Context) error{
+		s.aWrites, s.aFreezes, s.bTakesOver, s.aWritesLate,
+		s.anonymousRefused, s.forgedRefused, s.reportIntact, s.printDecisions,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	// Worker A reaches etcd through a proxy whose link we can cut, to
-	// play a process frozen by a long GC pause (or cut off by the
-	// network); worker B reaches it directly.
+// startService starts the fenced report service, with its own etcd client.
+func (s *story) startService(etcd *etcdtest.Cluster) error {
+	cli, err := etcd.NewClient()
+	if err != nil {
+		return err
+	}
+	s.onCleanup(func() { cli.Close() })
+	srv, base, err := startService(cli, s.reg)
+	if err != nil {
+		return err
+	}
+	s.onCleanup(func() { srv.Close() })
+	s.base = base
+	fmt.Println("fenced report service at", base)
+	return nil
+}
+
+// startWorkers starts the workers. Worker A reaches etcd through a proxy
+// whose link we can cut, to play a process frozen by a long GC pause (or
+// cut off by the network); worker B reaches it directly.
+func (s *story) startWorkers(etcd *etcdtest.Cluster) error {
 	proxy, err := etcd.NewProxy(etcd.Members()[0])
 	if err != nil {
 		return err
 	}
-	defer proxy.Close()
-	freeze := faults.Partition(proxy)
+	s.onCleanup(func() { proxy.Close() })
+	s.freeze = faults.Partition(proxy)
 	tr := &guard.Transport{Base: &http.Transport{}}
-	defer tr.CloseIdleConnections()
-	newWorker := func(name string, connect func() (*clientv3.Client, error)) (*worker, func(), error) {
-		cli, err := connect()
-		if err != nil {
-			return nil, nil, err
-		}
-		locks, err := lease.New(cli, lease.WithTTL(time.Second))
-		if err != nil {
-			cli.Close()
-			return nil, nil, err
-		}
-		closeAll := func() {
-			locks.Close()
-			cli.Close()
-		}
-		return &worker{name: name, locks: locks, client: &http.Client{Transport: tr}, base: base}, closeAll, nil
+	s.onCleanup(tr.CloseIdleConnections)
+	if s.a, err = s.newWorker("A", tr, func() (*clientv3.Client, error) { return etcd.NewClientThrough(proxy) }); err != nil {
+		return err
 	}
-	a, closeA, err := newWorker("A", func() (*clientv3.Client, error) { return etcd.NewClientThrough(proxy) })
+	s.onCleanup(func() { _ = s.freeze.Heal(context.Background()) }) // let A's Close reach etcd
+	s.b, err = s.newWorker("B", tr, func() (*clientv3.Client, error) { return etcd.NewClient() })
+	return err
+}
+
+// newWorker starts a worker whose lease client connects with connect.
+func (s *story) newWorker(name string, tr http.RoundTripper, connect func() (*clientv3.Client, error)) (*worker, error) {
+	cli, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	locks, err := lease.New(cli, lease.WithTTL(time.Second))
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	s.onCleanup(func() {
+		locks.Close()
+		cli.Close()
+	})
+	return &worker{name: name, locks: locks, client: &http.Client{Transport: tr}, base: s.base}, nil
+}
+
+// 1. A holds the lease and writes.
+func (s *story) aWrites(ctx context.Context) error {
+	var err error
+	if s.leaseA, err = s.a.locks.Acquire(ctx, "reports"); err != nil {
+		return err
+	}
+	fmt.Println("A acquired lock reports, fencing token", s.leaseA.Fence())
+	_, err = s.a.put(ctx, s.leaseA, "q3", "draft by A")
+	return err
+}
+
+// 2. A freezes past its TTL: its lease ends.
+func (s *story) aFreezes(ctx context.Context) error {
+	if err := s.freeze.Inject(ctx); err != nil {
+		return err
+	}
+	<-s.leaseA.Done()
+	fmt.Println("A paused; its lease ended:", errors.Is(s.leaseA.Err(), lease.ErrLost))
+	return nil
+}
+
+// 3. B takes over and writes.
+func (s *story) bTakesOver(ctx context.Context) error {
+	var err error
+	if s.leaseB, err = s.b.locks.Acquire(ctx, "reports"); err != nil {
+		return err
+	}
+	fmt.Println("B acquired lock reports, fencing token", s.leaseB.Fence())
+	_, err = s.b.put(ctx, s.leaseB, "q3", "final by B")
+	return err
+}
+
+// 4. A wakes and writes with its old token: refused.
+func (s *story) aWritesLate(ctx context.Context) error {
+	if err := s.freeze.Heal(ctx); err != nil {
+		return err
+	}
+	status, err := s.a.put(ctx, s.leaseA, "q3", "late edit by A")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		_ = freeze.Heal(context.Background()) // let A's Close reach etcd
-		closeA()
-	}()
-	b, closeB, err := newWorker("B", func() (*clientv3.Client, error) { return etcd.NewClient() })
-	if err != nil {
-		return err
+	if status != guard.HTTPStatus(fence.Stale) {
+		return fmt.Errorf("late write of worker A got %d, want %d", status, guard.HTTPStatus(fence.Stale))
 	}
-	defer closeB()
+	return nil
+}
 
-	// 1. A holds the lease and writes.
-	leaseA, err := a.locks.Acquire(ctx, "reports")
-	if err != nil {
-		return err
-	}
-	fmt.Println("A acquired lock reports, fencing token", leaseA.Fence())
-	if _, err := a.put(ctx, leaseA, "q3", "draft by A"); err != nil {
-		return err
-	}
-
-	// 2. A freezes past its TTL: its lease ends.
-	if err := freeze.Inject(ctx); err != nil {
-		return err
-	}
-	<-leaseA.Done()
-	fmt.Println("A paused; its lease ended:", errors.Is(leaseA.Err(), lease.ErrLost))
-
-	// 3. B takes over and writes.
-	leaseB, err := b.locks.Acquire(ctx, "reports")
-	if err != nil {
-		return err
-	}
-	fmt.Println("B acquired lock reports, fencing token", leaseB.Fence())
-	if _, err := b.put(ctx, leaseB, "q3", "final by B"); err != nil {
-		return err
-	}
-
-	// 4. A wakes and writes with its old token: refused.
-	if err := freeze.Heal(ctx); err != nil {
-		return err
-	}
-	status, err := a.put(ctx, leaseA, "q3", "late edit by A")
-	if err != nil {
-		return err
-	}
-	if status != guard.StatusRejected {
-		return fmt.Errorf("late write of worker A got %d, want %d", status, guard.StatusRejected)
-	}
-
-	// A write without a token is refused too.
-	resp, err := http.Post(base+"/reports/q3", "text/plain", strings.NewReader("anonymous"))
+// A write without a token is refused too.
+func (s *story) anonymousRefused(context.Context) error {
+	resp, err := http.Post(s.base+"/reports/q3", "text/plain", strings.NewReader("anonymous"))
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
 	fmt.Println("POST without a token:", resp.Status)
+	return nil
+}
 
-	// So is a made-up token far above any real one: the service verifies
-	// it against the lock records, and the mark does not move.
-	req, err := http.NewRequest(http.MethodPut, base+"/reports/q3", strings.NewReader("forged"))
+// So is a made-up token far above any real one: the service verifies it
+// against the lock records, and the mark does not move.
+func (s *story) forgedRefused(context.Context) error {
+	req, err := http.NewRequest(http.MethodPut, s.base+"/reports/q3", strings.NewReader("forged"))
 	if err != nil {
 		return err
 	}
 	req.Header.Set(guard.Header, "1099511627776:reports")
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
 	fmt.Println("PUT with a forged token 1099511627776:reports:", resp.Status)
-	if resp.StatusCode != guard.StatusUnverified {
-		return fmt.Errorf("forged token got %d, want %d", resp.StatusCode, guard.StatusUnverified)
+	if resp.StatusCode != guard.HTTPStatus(fence.Unverified) {
+		return fmt.Errorf("forged token got %d, want %d", resp.StatusCode, guard.HTTPStatus(fence.Unverified))
 	}
+	return nil
+}
 
-	// 5. B's report is intact.
-	resp, err = http.Get(base + "/reports/q3")
+// 5. B's report is intact.
+func (s *story) reportIntact(ctx context.Context) error {
+	resp, err := http.Get(s.base + "/reports/q3")
 	if err != nil {
 		return err
 	}
@@ -313,12 +369,16 @@ func run() error {
 	if string(doc) != "final by B" {
 		return fmt.Errorf("report q3 is %q, want B's", doc)
 	}
-	if err := leaseB.Release(ctx); err != nil {
+	if err := s.leaseB.Release(ctx); err != nil {
 		return fmt.Errorf("release of worker B: %w", err)
 	}
 	fmt.Println("B released")
+	return nil
+}
 
-	n, err := decisions(reg)
+// printDecisions prints the guard's decisions, as its metrics count them.
+func (s *story) printDecisions(context.Context) error {
+	n, err := decisions(s.reg)
 	if err != nil {
 		return err
 	}

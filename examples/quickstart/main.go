@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/fencekit/fencekit/integration/faults"
 	"log"
 	"os"
 	"path/filepath"
@@ -50,6 +51,30 @@ func (a *account) add(who string, n int) {
 	a.history = append(a.history, fmt.Sprintf("%s%+d", who, n))
 }
 
+// story is the example's cast: two workers, each with its own etcd client,
+// and the account, kept in memory behind a guard and as a SQLite row.
+type story struct {
+	proxy            *faults.Proxy // worker A's link to etcd
+	workerA, workerB *lease.Client
+	a, b             *lease.Lease
+	acct             *account
+	g                *guard.Guard
+	db               *sql.DB
+	sg               *sqlguard.Guard
+	aLost            time.Time
+	cleanups         []func()
+}
+
+// onCleanup registers f to run at cleanup, after those registered later.
+func (s *story) onCleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+
+// cleanup runs the registered functions, the last first.
+func (s *story) cleanup() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+}
+
 func run() error {
 	dir, err := os.MkdirTemp("", "fencekit-quickstart-")
 	if err != nil {
@@ -66,158 +91,196 @@ func run() error {
 	defer etcd.Close()
 	fmt.Println("embedded etcd up at", etcd.Members()[0].ClientURL())
 
-	// Worker A reaches etcd through a proxy we can pause, to play a
-	// process frozen by a long GC pause or a stopped VM.
+	s := &story{acct: &account{}}
+	defer s.cleanup()
+	if err := s.startWorkers(etcd); err != nil {
+		return err
+	}
+	if err := s.openAccount(ctx, dir); err != nil {
+		return err
+	}
+	for _, step := range []func(context.Context) error{
+		s.aWrites, s.aFreezes, s.bTakesOver, s.aWakesLate, s.bReleases, s.checkBalance,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startWorkers starts the workers' lease clients. Worker A reaches etcd
+// through a proxy we can pause, to play a process frozen by a long GC
+// pause or a stopped VM.
+func (s *story) startWorkers(etcd *etcdtest.Cluster) error {
 	proxy, err := etcd.NewProxy(etcd.Members()[0])
 	if err != nil {
 		return err
 	}
-	defer proxy.Close()
+	s.onCleanup(func() { proxy.Close() })
+	s.proxy = proxy
 	cliA, err := etcd.NewClientThrough(proxy)
 	if err != nil {
 		return err
 	}
-	defer cliA.Close()
+	s.onCleanup(func() { cliA.Close() })
 	cliB, err := etcd.NewClient()
 	if err != nil {
 		return err
 	}
-	defer cliB.Close()
+	s.onCleanup(func() { cliB.Close() })
+	if s.workerA, err = lease.New(cliA, lease.WithTTL(time.Second), lease.WithInstanceID("worker-a")); err != nil {
+		return err
+	}
+	s.onCleanup(func() { s.workerA.Close() })
+	if s.workerB, err = lease.New(cliB, lease.WithTTL(time.Second), lease.WithInstanceID("worker-b")); err != nil {
+		return err
+	}
+	s.onCleanup(func() { s.workerB.Close() })
+	return nil
+}
 
-	workerA, err := lease.New(cliA, lease.WithTTL(time.Second), lease.WithInstanceID("worker-a"))
+// openAccount sets the account up twice: in memory behind a guard, which
+// keeps the highest fencing token it accepted and refuses older ones; and
+// as a SQLite row carrying a fence column, where the database refuses an
+// UPDATE whose token is older than the row's.
+func (s *story) openAccount(ctx context.Context, dir string) error {
+	var err error
+	if s.g, err = guard.New(guard.NewMemoryStore()); err != nil {
+		return err
+	}
+	s.db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "bank.db")+"?_txlock=immediate&_pragma=busy_timeout(5000)")
 	if err != nil {
 		return err
 	}
-	defer workerA.Close()
-	workerB, err := lease.New(cliB, lease.WithTTL(time.Second), lease.WithInstanceID("worker-b"))
-	if err != nil {
-		return err
-	}
-	defer workerB.Close()
-
-	// The account keeps the highest fencing token it accepted and refuses
-	// older ones.
-	acct := &account{}
-	g, err := guard.New(guard.NewMemoryStore())
-	if err != nil {
-		return err
-	}
-	target := guard.Target{Resource: "account-42", Lock: "account-42"}
-	write := func(who string, tok fence.Token, n int) error {
-		return g.Do(ctx, target, tok, func(context.Context) error {
-			acct.add(who, n)
-			return nil
-		})
-	}
-
-	// The same account as a SQLite row carrying a fence column: the
-	// database refuses an UPDATE whose token is older than the row's.
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "bank.db")+"?_txlock=immediate&_pragma=busy_timeout(5000)")
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE accounts (
+	s.onCleanup(func() { s.db.Close() })
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE accounts (
 		id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, fence INTEGER NOT NULL DEFAULT 0)`); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO accounts (id, balance) VALUES (42, 0)`); err != nil {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO accounts (id, balance) VALUES (42, 0)`); err != nil {
 		return err
 	}
-	sg, err := sqlguard.New(sqlguard.SQLite)
-	if err != nil {
+	if s.sg, err = sqlguard.New(sqlguard.SQLite); err != nil {
 		return err
 	}
-	if err := sg.CheckColumn(ctx, db, "accounts", "fence"); err != nil {
-		return err
-	}
-	setBalance := func(tok fence.Token, balance int) error {
-		_, err := sg.Update(ctx, db, tok, sqlguard.RowUpdate{
-			Table: "accounts", Column: "fence",
-			Set:   []sqlguard.Assign{{Column: "balance", Value: balance}},
-			Where: "id = ?", WhereArgs: []any{42}, Single: true,
-		})
-		return err
-	}
+	return s.sg.CheckColumn(ctx, s.db, "accounts", "fence")
+}
 
-	// 1. A takes the lease and writes.
-	a, err := workerA.Acquire(ctx, "account-42")
-	if err != nil {
+// write adds n to the account in memory, through the guard.
+func (s *story) write(ctx context.Context, who string, tok fence.Token, n int) error {
+	target := guard.Target{Resource: "account-42", Lock: "account-42"}
+	return s.g.Do(ctx, target, tok, func(context.Context) error {
+		s.acct.add(who, n)
+		return nil
+	})
+}
+
+// setBalance sets the SQLite row's balance, fenced by its fence column.
+func (s *story) setBalance(ctx context.Context, tok fence.Token, balance int) error {
+	_, err := s.sg.Update(ctx, s.db, tok, sqlguard.RowUpdate{
+		Table: "accounts", Column: "fence",
+		Set:   []sqlguard.Assign{{Column: "balance", Value: balance}},
+		Where: "id = ?", WhereArgs: []any{42}, Single: true,
+	})
+	return err
+}
+
+// 1. A takes the lease and writes.
+func (s *story) aWrites(ctx context.Context) error {
+	var err error
+	if s.a, err = s.workerA.Acquire(ctx, "account-42"); err != nil {
 		return err
 	}
-	fmt.Printf("A acquired %s with fencing token %d\n", a.Name(), a.Fence().Revision)
-	if err := write("A", a.Fence(), 100); err != nil {
+	fmt.Printf("A acquired %s with fencing token %d\n", s.a.Name(), s.a.Fence().Revision)
+	if err := s.write(ctx, "A", s.a.Fence(), 100); err != nil {
 		return err
 	}
-	if err := setBalance(a.Fence(), 100); err != nil {
+	if err := s.setBalance(ctx, s.a.Fence(), 100); err != nil {
 		return err
 	}
 	fmt.Println("A wrote +100: accepted (memory and SQLite)")
+	return nil
+}
 
-	// 2. A freezes: no more renewals reach etcd.
-	proxy.Pause()
+// 2. A freezes: no more renewals reach etcd.
+func (s *story) aFreezes(context.Context) error {
+	s.proxy.Pause()
 	fmt.Println("A pauses (no renewals reach etcd)")
-	<-a.Done()
-	aLost := time.Now()
-	fmt.Println("A's Done closed:", errors.Is(a.Err(), lease.ErrDeadline), "(validity deadline passed)")
+	<-s.a.Done()
+	s.aLost = time.Now()
+	fmt.Println("A's Done closed:", errors.Is(s.a.Err(), lease.ErrDeadline), "(validity deadline passed)")
+	return nil
+}
 
-	// 3. B acquires once the server expires A's session.
-	b, err := workerB.Acquire(ctx, "account-42")
-	if err != nil {
+// 3. B acquires once the server expires A's session.
+func (s *story) bTakesOver(ctx context.Context) error {
+	var err error
+	if s.b, err = s.workerB.Acquire(ctx, "account-42"); err != nil {
 		return err
 	}
 	fmt.Printf("B acquired %s with fencing token %d (A's Done closed %v earlier)\n",
-		b.Name(), b.Fence().Revision, time.Since(aLost).Round(10*time.Millisecond))
-	if err := write("B", b.Fence(), 50); err != nil {
+		s.b.Name(), s.b.Fence().Revision, time.Since(s.aLost).Round(10*time.Millisecond))
+	if err := s.write(ctx, "B", s.b.Fence(), 50); err != nil {
 		return err
 	}
-	if err := setBalance(b.Fence(), 150); err != nil {
+	if err := s.setBalance(ctx, s.b.Fence(), 150); err != nil {
 		return err
 	}
 	fmt.Println("B wrote +50: accepted (memory and SQLite)")
+	return nil
+}
 
-	// 4. A wakes up and carries on as if nothing happened.
-	proxy.Resume()
-	err = write("A", a.Fence(), -100)
-	var rej *guard.RejectedError
+// 4. A wakes up and carries on as if nothing happened.
+func (s *story) aWakesLate(ctx context.Context) error {
+	s.proxy.Resume()
+	err := s.write(ctx, "A", s.a.Fence(), -100)
+	var rej *fence.RefusedError
 	if !errors.As(err, &rej) || !errors.Is(err, fence.ErrStale) {
 		return fmt.Errorf("worker A's late write was not refused as stale: %v", err)
 	}
 	fmt.Printf("A's late write -100 refused: token %d is older than the account's mark %d\n",
 		rej.Token.Revision, rej.Mark.Revision)
 
-	err = setBalance(a.Fence(), 0)
-	var stale *sqlguard.StaleError
+	err = s.setBalance(ctx, s.a.Fence(), 0)
+	var stale *fence.RefusedError
 	if !errors.As(err, &stale) {
 		return fmt.Errorf("worker A's late UPDATE was not refused by the database: %v", err)
 	}
 	fmt.Printf("A's late UPDATE refused by SQLite: token %d is older than the row's fence %d\n",
-		stale.Token.Revision, stale.Current.Revision)
+		stale.Token.Revision, stale.Mark.Revision)
 
-	err = retryUnknown(ctx, a.Release)
+	err = retryUnknown(ctx, s.a.Release)
 	if !errors.Is(err, lease.ErrNotOwner) {
 		return fmt.Errorf("worker A's stale release: want not owner, got %v", err)
 	}
 	fmt.Println("A's release: not owner (B holds the lock; nothing of B's was touched)")
+	return nil
+}
 
-	// 5. B finishes; now nobody holds it.
-	if err := b.Release(ctx); err != nil {
+// 5. B finishes; now nobody holds it.
+func (s *story) bReleases(ctx context.Context) error {
+	if err := s.b.Release(ctx); err != nil {
 		return err
 	}
 	fmt.Println("B released")
-	if err := retryUnknown(ctx, a.Release); !errors.Is(err, lease.ErrNotFound) {
+	if err := retryUnknown(ctx, s.a.Release); !errors.Is(err, lease.ErrNotFound) {
 		return fmt.Errorf("worker A's release after B: want not found, got %v", err)
 	}
 	fmt.Println("A's release again: not found (nobody holds it)")
+	return nil
+}
 
-	acct.mu.Lock()
-	defer acct.mu.Unlock()
-	fmt.Printf("account balance %d, writes applied: %s\n", acct.balance, strings.Join(acct.history, " "))
-	if acct.balance != 150 {
-		return fmt.Errorf("balance %d, want 150", acct.balance)
+// checkBalance prints both copies of the account: B's writes, intact.
+func (s *story) checkBalance(ctx context.Context) error {
+	s.acct.mu.Lock()
+	defer s.acct.mu.Unlock()
+	fmt.Printf("account balance %d, writes applied: %s\n", s.acct.balance, strings.Join(s.acct.history, " "))
+	if s.acct.balance != 150 {
+		return fmt.Errorf("balance %d, want 150", s.acct.balance)
 	}
 	var row int
-	if err := db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 42`).Scan(&row); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 42`).Scan(&row); err != nil {
 		return err
 	}
 	fmt.Printf("SQLite row balance %d (B's write intact)\n", row)

@@ -26,6 +26,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/integration/faults"
 	"io"
 	"log"
 	"os"
@@ -54,6 +56,32 @@ func main() {
 	}
 }
 
+// story is the example's cast: the database and its Guard (and, with
+// -pgx, the same Guard through pgx), and two workers whose lease clients
+// reach etcd, worker A's through a proxy we can pause.
+type story struct {
+	out                        io.Writer
+	db                         *sql.DB
+	fences, requests, accounts string // table names, unique to this run
+	g                          *sqlguard.Guard
+	pool                       *pgxpool.Pool   // with -pgx
+	pg                         *pgxguard.Guard // with -pgx
+	proxy                      *faults.Proxy
+	locksA, locksB             *lease.Client
+	a, b                       *lease.Lease
+	cleanups                   []func()
+}
+
+// onCleanup registers f to run at cleanup, after those registered later.
+func (s *story) onCleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+
+// cleanup runs the registered functions, the last first.
+func (s *story) cleanup() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+}
+
 func run(dsn string, usePgx bool, out io.Writer) (err error) {
 	dir, err := os.MkdirTemp("", "fencekit-sqlguard-")
 	if err != nil {
@@ -63,162 +91,227 @@ func run(dsn string, usePgx bool, out io.Writer) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	// The database.
-	var db *sql.DB
+	s := &story{out: out}
+	defer s.cleanup()
+	if err := s.openDB(dsn, dir); err != nil {
+		return err
+	}
+	defer func() {
+		if derr := s.dropTables(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	if err := s.createTables(ctx); err != nil {
+		return err
+	}
+	if usePgx {
+		if err := s.throughPgx(ctx, dsn); err != nil {
+			return err
+		}
+	}
+	if err := s.startWorkers(ctx, dir); err != nil {
+		return err
+	}
+	for _, step := range []func(context.Context) error{
+		s.aDeposits, s.aStalls, s.bDeposits, s.aDepositsLate, s.checkAccount,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openDB opens the database: PostgreSQL at dsn, or SQLite in dir. The
+// tables get names of their own, so that runs do not meet.
+func (s *story) openDB(dsn, dir string) error {
+	var err error
 	if dsn != "" {
-		db, err = sql.Open("pgx", dsn)
+		s.db, err = sql.Open("pgx", dsn)
 	} else {
-		db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+
+		s.db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+
 			"?_txlock=immediate&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	}
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	s.onCleanup(func() { s.db.Close() })
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
 	prefix := "sqlguard_example_" + hex.EncodeToString(b[:]) + "_"
-	fences, requests, accounts := prefix+"fence", prefix+"req", prefix+"accounts"
-	defer func() {
-		for _, t := range []string{fences, requests, accounts} {
-			if _, derr := db.Exec("DROP TABLE IF EXISTS " + t); derr != nil && err == nil {
-				err = derr
-			}
-		}
-	}()
+	s.fences, s.requests, s.accounts = prefix+"fence", prefix+"req", prefix+"accounts"
+	return nil
+}
 
-	g, err := sqlguard.Open(ctx, db, sqlguard.WithTable(fences), sqlguard.WithRequestTable(requests))
+// dropTables drops the run's tables.
+func (s *story) dropTables() error {
+	var err error
+	for _, t := range []string{s.fences, s.requests, s.accounts} {
+		if _, derr := s.db.Exec("DROP TABLE IF EXISTS " + t); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	return err
+}
+
+// createTables opens the Guard, creates its tables and the accounts.
+func (s *story) createTables(ctx context.Context) error {
+	var err error
+	s.g, err = sqlguard.Open(ctx, s.db, sqlguard.WithTable(s.fences), sqlguard.WithRequestTable(s.requests))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "database: %v\n", g.Dialect())
-	if err := g.Migrate(ctx, db); err != nil {
+	fmt.Fprintf(s.out, "database: %v\n", s.g.Dialect())
+	if err := s.g.Migrate(ctx, s.db); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE "+accounts+" (id TEXT PRIMARY KEY, owner TEXT NOT NULL, balance BIGINT NOT NULL)"); err != nil {
+	if _, err := s.db.ExecContext(ctx, "CREATE TABLE "+s.accounts+" (id TEXT PRIMARY KEY, owner TEXT NOT NULL, balance BIGINT NOT NULL)"); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, "INSERT INTO "+accounts+" (id, owner, balance) VALUES ('alice', 'nobody', 100)"); err != nil {
+	_, err = s.db.ExecContext(ctx, "INSERT INTO "+s.accounts+" (id, owner, balance) VALUES ('alice', 'nobody', 100)")
+	return err
+}
+
+// throughPgx makes the workers write with the same Guard through pgx's
+// own pool and types.
+func (s *story) throughPgx(ctx context.Context, dsn string) error {
+	var err error
+	if s.pool, err = pgxpool.New(ctx, dsn); err != nil {
 		return err
 	}
-	// With -pgx, the same Guard through pgx's own pool and types.
-	var pool *pgxpool.Pool
-	var pg *pgxguard.Guard
-	if usePgx {
-		if pool, err = pgxpool.New(ctx, dsn); err != nil {
-			return err
-		}
-		defer pool.Close()
-		if pg, err = pgxguard.Wrap(g); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, "writes through pgx (pgxguard)")
+	s.onCleanup(s.pool.Close)
+	if s.pg, err = pgxguard.Wrap(s.g); err != nil {
+		return err
 	}
-	ph := func(i int) string { // placeholders differ between the dialects
-		if g.Dialect() == sqlguard.PostgreSQL {
-			return fmt.Sprintf("$%d", i)
-		}
-		return "?"
+	fmt.Fprintln(s.out, "writes through pgx (pgxguard)")
+	return nil
+}
+
+// ph returns the i-th placeholder: they differ between the dialects.
+func (s *story) ph(i int) string {
+	if s.g.Dialect() == sqlguard.PostgreSQL {
+		return fmt.Sprintf("$%d", i)
 	}
-	// deposit is a worker's critical section: fence the account, then write,
-	// in one transaction.
-	deposit := func(l *lease.Lease, who string, amount int) error {
-		if usePgx {
-			return pg.RunTx(ctx, pool, pgx.TxOptions{}, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, "UPDATE "+accounts+" SET owner = $1, balance = balance + $2 WHERE id = 'alice'", who, amount)
-				return err
-			})
-		}
-		return g.RunTx(ctx, db, nil, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "UPDATE "+accounts+" SET owner = "+ph(1)+", balance = balance + "+ph(2)+
-				" WHERE id = 'alice'", who, amount)
+	return "?"
+}
+
+// deposit is a worker's critical section: fence the account, then write,
+// in one transaction.
+func (s *story) deposit(ctx context.Context, l *lease.Lease, who string, amount int) error {
+	if s.pg != nil {
+		return s.pg.RunTx(ctx, s.pool, pgx.TxOptions{}, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE "+s.accounts+" SET owner = $1, balance = balance + $2 WHERE id = 'alice'", who, amount)
 			return err
 		})
 	}
+	return s.g.RunTx(ctx, s.db, nil, l.Fence(), []string{"account/alice"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE "+s.accounts+" SET owner = "+s.ph(1)+", balance = balance + "+s.ph(2)+
+			" WHERE id = 'alice'", who, amount)
+		return err
+	})
+}
 
-	// etcd, and worker A's connection to it through a proxy we can pause.
+// startWorkers starts etcd in dir, and the workers' lease clients; worker
+// A's connection goes through a proxy we can pause.
+func (s *story) startWorkers(ctx context.Context, dir string) error {
 	etcd, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: filepath.Join(dir, "etcd")})
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
-	proxy, err := etcd.NewProxy(etcd.Members()[0])
+	s.onCleanup(func() { etcd.Close() })
+	if s.proxy, err = etcd.NewProxy(etcd.Members()[0]); err != nil {
+		return err
+	}
+	s.onCleanup(func() { s.proxy.Close() })
+	cliA, err := etcd.NewClientThrough(s.proxy)
 	if err != nil {
 		return err
 	}
-	defer proxy.Close()
-	cliA, err := etcd.NewClientThrough(proxy)
-	if err != nil {
-		return err
-	}
-	defer cliA.Close()
+	s.onCleanup(func() { cliA.Close() })
 	cliB, err := etcd.NewClient()
 	if err != nil {
 		return err
 	}
-	defer cliB.Close()
-	locksA, err := lease.New(cliA, lease.WithTTL(time.Second))
-	if err != nil {
+	s.onCleanup(func() { cliB.Close() })
+	if s.locksA, err = lease.New(cliA, lease.WithTTL(time.Second)); err != nil {
 		return err
 	}
-	defer locksA.Close()
-	locksB, err := lease.New(cliB, lease.WithTTL(time.Second))
-	if err != nil {
+	s.onCleanup(func() { s.locksA.Close() })
+	if s.locksB, err = lease.New(cliB, lease.WithTTL(time.Second)); err != nil {
 		return err
 	}
-	defer locksB.Close()
+	s.onCleanup(func() { s.locksB.Close() })
+	return nil
+}
 
-	a, err := locksA.Acquire(ctx, "accounts")
-	if err != nil {
+// A holds the lease and deposits.
+func (s *story) aDeposits(ctx context.Context) error {
+	var err error
+	if s.a, err = s.locksA.Acquire(ctx, "accounts"); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "A holds the lease, fencing token %d\n", a.Fence().Revision)
-	if err := deposit(a, "A", 1); err != nil {
+	fmt.Fprintf(s.out, "A holds the lease, fencing token %d\n", s.a.Fence().Revision)
+	if err := s.deposit(ctx, s.a, "A", 1); err != nil {
 		return fmt.Errorf("first deposit of A: %w", err)
 	}
-	fmt.Fprintln(out, "A deposits 1: committed")
+	fmt.Fprintln(s.out, "A deposits 1: committed")
+	return nil
+}
 
-	proxy.Pause() // A stalls: no renewals reach etcd
+// A stalls: no renewals reach etcd, and its lease is lost.
+func (s *story) aStalls(ctx context.Context) error {
+	s.proxy.Pause()
 	select {
-	case <-a.Done():
-		fmt.Fprintln(out, "A's lease is lost (Done fired)")
+	case <-s.a.Done():
+		fmt.Fprintln(s.out, "A's lease is lost (Done fired)")
+		return nil
 	case <-ctx.Done():
 		return errors.New("lease of A was never lost")
 	}
+}
 
-	b2, err := locksB.Acquire(ctx, "accounts")
-	if err != nil {
+// B takes the lease over and deposits.
+func (s *story) bDeposits(ctx context.Context) error {
+	var err error
+	if s.b, err = s.locksB.Acquire(ctx, "accounts"); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "B holds the lease, fencing token %d\n", b2.Fence().Revision)
-	if err := deposit(b2, "B", 10); err != nil {
+	fmt.Fprintf(s.out, "B holds the lease, fencing token %d\n", s.b.Fence().Revision)
+	if err := s.deposit(ctx, s.b, "B", 10); err != nil {
 		return fmt.Errorf("deposit of B: %w", err)
 	}
-	fmt.Fprintln(out, "B deposits 10: committed")
+	fmt.Fprintln(s.out, "B deposits 10: committed")
+	return nil
+}
 
-	// A wakes up, unaware, and writes with its old token.
-	err = deposit(a, "A", 1000)
-	var stale *sqlguard.StaleError
+// A wakes up, unaware, and writes with its old token.
+func (s *story) aDepositsLate(ctx context.Context) error {
+	err := s.deposit(ctx, s.a, "A", 1000)
+	var stale *fence.RefusedError
 	if !errors.As(err, &stale) {
 		return fmt.Errorf("late deposit of A was not refused as stale: %v", err)
 	}
-	fmt.Fprintf(out, "A deposits 1000 late: refused by the database: token %d < mark %d\n",
-		stale.Token.Revision, stale.Current.Revision)
+	fmt.Fprintf(s.out, "A deposits 1000 late: refused by the database: token %d < mark %d\n",
+		stale.Token.Revision, stale.Mark.Revision)
+	return nil
+}
 
+// checkAccount shows the account as B left it, and ends the story.
+func (s *story) checkAccount(ctx context.Context) error {
 	var owner string
 	var balance int64
-	if err := db.QueryRowContext(ctx, "SELECT owner, balance FROM "+accounts+" WHERE id = 'alice'").Scan(&owner, &balance); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT owner, balance FROM "+s.accounts+" WHERE id = 'alice'").Scan(&owner, &balance); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "account: last written by %s, balance %d\n", owner, balance)
+	fmt.Fprintf(s.out, "account: last written by %s, balance %d\n", owner, balance)
 	if owner != "B" || balance != 111 {
 		return fmt.Errorf("account is %s/%d, want B/111", owner, balance)
 	}
-	if err := b2.Release(ctx); err != nil {
+	if err := s.b.Release(ctx); err != nil {
 		return fmt.Errorf("release of B: %w", err)
 	}
-	proxy.Resume()
+	s.proxy.Resume()
 	return nil
 }

@@ -80,7 +80,7 @@ func decodeMark(key string, kvs []*mvccpb.KeyValue) (fence.Token, int64, error) 
 
 // ResetMark implements guard.Resetter: in one Txn, it sets the resource's
 // mark to next if the key holds exactly old (or is absent, for the zero
-// old), and returns a *guard.MarkChangedError otherwise. Use
+// old), and returns an error matching fence.ErrMarkChanged otherwise. Use
 // guard.Guard.ResetMark, which logs the reset and waits for the
 // resource's in-flight write through that Guard; writes through other
 // replicas' Guards are not waited for.
@@ -104,7 +104,7 @@ func (s *Store) ResetMark(ctx context.Context, resource string, old, next fence.
 	if err != nil {
 		return err
 	}
-	return &guard.MarkChangedError{Resource: resource, Want: old, Mark: mark}
+	return fmt.Errorf("etcdstore: mark of %q is %s, not %s: not reset: %w", resource, mark, old, fence.ErrMarkChanged)
 }
 
 // Conditioner is implemented by verifiers that can state "t is its lock's

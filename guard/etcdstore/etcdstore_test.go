@@ -12,7 +12,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/etcdstore"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -54,9 +54,11 @@ func TestResetMark(t *testing.T) {
 	}
 	for _, old := range []fence.Token{{}, real, tok("orders", 1<<40+1)} {
 		err := g.ResetMark(ctx, "r", old, real)
-		var mc *guard.MarkChangedError
-		if !errors.As(err, &mc) || mc.Mark != poison || !errors.Is(err, guard.ErrMarkChanged) {
-			t.Errorf("reset from %v: %v, want *MarkChangedError with mark %v", old, err, poison)
+		if !errors.Is(err, fence.ErrMarkChanged) {
+			t.Errorf("reset from %v: %v, want fence.ErrMarkChanged", old, err)
+		}
+		if mark, err := g.Mark(ctx, "r"); err != nil || mark != poison {
+			t.Errorf("reset from %v: mark %v, %v; want it unchanged at %v", old, mark, err, poison)
 		}
 	}
 	if err := g.ResetMark(ctx, "r", poison, tok("payments", 7)); !errors.Is(err, fence.ErrWrongLock) {
@@ -79,7 +81,7 @@ func TestResetMark(t *testing.T) {
 	if err := store.ResetMark(ctx, "fresh", fence.Token{}, real); err != nil {
 		t.Errorf("reset of a fresh resource: %v", err)
 	}
-	if err := store.ResetMark(ctx, "fresh", fence.Token{}, real); !errors.Is(err, guard.ErrMarkChanged) {
+	if err := store.ResetMark(ctx, "fresh", fence.Token{}, real); !errors.Is(err, fence.ErrMarkChanged) {
 		t.Errorf("second reset from zero: %v, want ErrMarkChanged", err)
 	}
 }
@@ -154,7 +156,7 @@ func TestAdvanceVerifiedIsAtomic(t *testing.T) {
 			t.Fatal(merr)
 		}
 		if withCondition {
-			if !errors.Is(err, guard.ErrUnverified) || !errors.Is(merr, fence.ErrNoMark) {
+			if !errors.Is(err, fence.ErrUnverified) || !errors.Is(merr, fence.ErrNoMark) {
 				t.Errorf("holder released between check and advance: %v, mark %v; want ErrUnverified and no mark", err, mark)
 			}
 		} else if err != nil || mark != holder.Fence() {
@@ -199,7 +201,7 @@ func TestVerifiedGuardOnEtcdStore(t *testing.T) {
 	tgt := guard.Target{Resource: "r", Lock: "orders"}
 	noop := func(context.Context) error { return nil }
 	for _, forged := range []fence.Token{tok("orders", 1<<40), first.Fence(), tok("orders", holder.Fence().Revision+1)} {
-		if err := g.Do(ctx, tgt, forged, noop); !errors.Is(err, guard.ErrUnverified) {
+		if err := g.Do(ctx, tgt, forged, noop); !errors.Is(err, fence.ErrUnverified) {
 			t.Errorf("forged %v: %v, want ErrUnverified", forged, err)
 		}
 		if mark, _ := store.Mark(ctx, "r"); !mark.IsZero() {

@@ -3,7 +3,7 @@ package etcdstore_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 
 	"go.uber.org/goleak"
 )

@@ -10,13 +10,14 @@
 //
 // The server interceptors apply guard's rule (see package guard) and
 // refuse with status errors carrying a google.rpc.ErrorInfo detail whose
-// Domain is [ErrorDomain]: a stale or wrong-lock token is
-// codes.Aborted ([CodeRejected]); the current holder's token refused by a
-// mark ahead of the lock service (guard.ErrMarkAhead) is
-// codes.FailedPrecondition ([CodeMarkAhead]): an operator must reset the
-// mark; a token a verifier did not confirm
-// (guard.WithVerifier) is codes.PermissionDenied ([CodeUnverified]); a
-// missing or malformed token codes.InvalidArgument; a store or verifier
+// Domain is [ErrorDomain], whose Reason and whose metadata's "outcome"
+// name the refusal's fence.Outcome. One table maps outcomes to codes
+// ([Code], [Reason]): a stale or wrong-lock token is codes.Aborted; the
+// current holder's token refused by a mark ahead of the lock service
+// (fence.MarkAhead) is codes.FailedPrecondition: an operator must reset
+// the mark; a token a verifier did not confirm (guard.WithVerifier) is
+// codes.PermissionDenied; a missing or malformed token
+// codes.InvalidArgument; a store or verifier
 // failure codes.Unavailable, safe to retry: one that failed, or gave no
 // answer within the Guard's check budget (guard.WithCheckTimeout, default
 // 5 s, cut to nine tenths of the time left before the call's deadline, so

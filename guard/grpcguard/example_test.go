@@ -45,3 +45,16 @@ func ExampleUnaryServerInterceptor() {
 	// write with 9:orders
 	// refused: Aborted
 }
+
+// Every refusal's status code and ErrorInfo reason come from its outcome.
+func ExampleCode() {
+	for _, o := range []fence.Outcome{fence.Stale, fence.WrongLock, fence.MarkAhead, fence.Unverified, fence.Malformed} {
+		fmt.Println(o, grpcguard.Code(o), grpcguard.Reason(o))
+	}
+	// Output:
+	// stale Aborted STALE_FENCING_TOKEN
+	// wrong_lock Aborted WRONG_LOCK_FENCING_TOKEN
+	// mark_ahead FailedPrecondition FENCING_MARK_AHEAD
+	// unverified PermissionDenied UNVERIFIED_FENCING_TOKEN
+	// malformed InvalidArgument MALFORMED_FENCING_TOKEN
+}

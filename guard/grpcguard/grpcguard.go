@@ -20,54 +20,61 @@ import (
 // "42:orders". A call carries at most one.
 const MetadataKey = "fencing-token"
 
-// The gRPC codes the interceptors answer with. Stale and wrong-lock tokens
-// both get CodeRejected, codes.Aborted: its official description names
-// "a sequencer check failure", and it tells the client to retry at a
-// higher level, that is, to acquire the lock again, not to resend.
-const (
-	// CodeRejected answers a stale or wrong-lock token.
-	CodeRejected = codes.Aborted
-	// CodeMissing answers a fenced call without a token.
-	CodeMissing = codes.InvalidArgument
-	// CodeMalformed answers a token that is not valid.
-	CodeMalformed = codes.InvalidArgument
-	// CodeUnverified answers a newer token that the Guard's verifier
-	// (guard.WithVerifier) did not confirm.
-	CodeUnverified = codes.PermissionDenied
-	// CodeMarkAhead answers the current holder's token refused by a mark
-	// ahead of the lock service (guard.ErrMarkAhead): the system is not
-	// in a state to accept it until an operator resets the mark.
-	CodeMarkAhead = codes.FailedPrecondition
-)
+// ErrorDomain is the Domain of the google.rpc.ErrorInfo detail of the
+// interceptors' refusals. Its value predates this package and is kept so
+// that clients matching it keep working.
+const ErrorDomain = "github.com/fencekit/fencekit/guard"
 
-// The reasons in the google.rpc.ErrorInfo detail of the interceptors'
-// refusals, whose Domain is ErrorDomain. Its metadata holds "resource",
-// "lock", and when known "token" (text form), "token_revision" and
-// "mark_revision".
-const (
-	// ErrorDomain is the Domain of the ErrorInfo details.
-	// Its value predates this package and is kept so that clients
-	// matching it keep working.
-	ErrorDomain = "github.com/fencekit/fencekit/guard"
-	// ReasonStale: the token is older than the resource's mark
-	// (codes.Aborted).
-	ReasonStale = "STALE_FENCING_TOKEN"
-	// ReasonWrongLock: the token is for another lock than the resource's
-	// (codes.Aborted).
-	ReasonWrongLock = "WRONG_LOCK_FENCING_TOKEN"
-	// ReasonMissing: a fenced call carried no MetadataKey
-	// (codes.InvalidArgument).
-	ReasonMissing = "MISSING_FENCING_TOKEN"
-	// ReasonMalformed: the MetadataKey is not one valid token
-	// (codes.InvalidArgument).
-	ReasonMalformed = "MALFORMED_FENCING_TOKEN"
-	// ReasonUnverified: the token is newer than the resource's mark and
-	// the verifier did not confirm it (codes.PermissionDenied).
-	ReasonUnverified = "UNVERIFIED_FENCING_TOKEN"
-	// ReasonMarkAhead: the token is the lock's current holder's, and the
-	// resource's mark is ahead of it (codes.FailedPrecondition).
-	ReasonMarkAhead = "FENCING_MARK_AHEAD"
-)
+// rpcAnswer is how the interceptors answer one outcome: a status code,
+// and the Reason of the ErrorInfo detail ("" for none).
+type rpcAnswer struct {
+	code   codes.Code
+	reason string
+}
+
+// rpcAnswers is the one table of the interceptors' refusals, by outcome.
+// Stale and wrong-lock tokens get codes.Aborted: its official description
+// names "a sequencer check failure", and it tells the client to retry at
+// a higher level, that is, to acquire the lock again, not to resend. A
+// mark ahead of the lock service gets codes.FailedPrecondition: the
+// system is not in a state to accept the current holder until an
+// operator resets the mark.
+var rpcAnswers = [...]rpcAnswer{
+	fence.Stale:      {codes.Aborted, "STALE_FENCING_TOKEN"},
+	fence.WrongLock:  {codes.Aborted, "WRONG_LOCK_FENCING_TOKEN"},
+	fence.MarkAhead:  {codes.FailedPrecondition, "FENCING_MARK_AHEAD"},
+	fence.Unverified: {codes.PermissionDenied, "UNVERIFIED_FENCING_TOKEN"},
+	fence.Missing:    {codes.InvalidArgument, "MISSING_FENCING_TOKEN"},
+	fence.Malformed:  {codes.InvalidArgument, "MALFORMED_FENCING_TOKEN"},
+	fence.Failed:     {codes.Unavailable, ""},
+}
+
+func answer(o fence.Outcome) rpcAnswer {
+	if int(o) < len(rpcAnswers) {
+		return rpcAnswers[o]
+	}
+	return rpcAnswer{}
+}
+
+// Code returns the status code with which the server interceptors refuse
+// a call whose outcome is o: codes.Aborted for fence.Stale and
+// fence.WrongLock, codes.FailedPrecondition for fence.MarkAhead,
+// codes.PermissionDenied for fence.Unverified, codes.InvalidArgument for
+// fence.Missing and fence.Malformed, and codes.Unavailable for
+// fence.Failed (except that a call whose own context ended gets
+// codes.Canceled or codes.DeadlineExceeded, and an invalid Target
+// codes.Internal). It returns codes.OK for fence.Accepted.
+func Code(o fence.Outcome) codes.Code { return answer(o).code }
+
+// Reason returns the Reason of the ErrorInfo detail (Domain ErrorDomain)
+// of a refusal with outcome o: "STALE_FENCING_TOKEN",
+// "WRONG_LOCK_FENCING_TOKEN", "FENCING_MARK_AHEAD",
+// "UNVERIFIED_FENCING_TOKEN", "MISSING_FENCING_TOKEN" or
+// "MALFORMED_FENCING_TOKEN"; "" for fence.Accepted and fence.Failed,
+// whose statuses carry no detail. The detail's metadata holds "outcome"
+// (o's word), "resource", "lock", and when known "token" (text form),
+// "token_revision" and "mark_revision".
+func Reason(o fence.Outcome) string { return answer(o).reason }
 
 // RouteFunc maps a gRPC call to the Target it writes. req is the
 // request message of a unary call and nil for a stream. It returns false
@@ -78,14 +85,15 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 // with g the calls route maps to a Target, with the rule of
 // guard.Guard.Middleware: it reads the token from MetadataKey and runs the
 // handler through g (guard.Guard.Serve), with the token in its context.
-// Refusals are status errors carrying an ErrorInfo detail: stale or wrong
-// lock gives CodeRejected (codes.Aborted), a mark ahead of the lock
-// service CodeMarkAhead (codes.FailedPrecondition), an unverified token
-// CodeUnverified (codes.PermissionDenied), a missing or malformed token
-// codes.InvalidArgument, a store or verifier failure (guard.ErrUnavailable:
-// one that failed, or gave no answer within the Guard's check budget,
-// which ends before the call's deadline) codes.Unavailable, and a call
-// whose own context ended first codes.Canceled or codes.DeadlineExceeded.
+// Refusals are status errors carrying an ErrorInfo detail, with the code
+// and reason of the refusal's fence.Outcome (see Code and Reason): stale
+// or wrong lock gives codes.Aborted, a mark ahead of the lock service
+// codes.FailedPrecondition, an unverified token codes.PermissionDenied, a
+// missing or malformed token codes.InvalidArgument, a store or verifier
+// failure (guard.ErrUnavailable: one that failed, or gave no answer within
+// the Guard's check budget, which ends before the call's deadline)
+// codes.Unavailable, and a call whose own context ended first
+// codes.Canceled or codes.DeadlineExceeded.
 // Calls route declines run unchecked, with a valid token, if sent, in
 // their context.
 //
@@ -154,7 +162,23 @@ func serveRPC(ctx context.Context, g *guard.Guard, tgt guard.Target, fenced bool
 
 // rpcStatus turns a refusal of t for tgt into a status error.
 func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
-	info := &errdetails.ErrorInfo{Domain: ErrorDomain, Metadata: map[string]string{
+	switch {
+	case errors.Is(err, guard.ErrInvalidTarget):
+		return status.Error(codes.Internal, "guard: invalid target")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		if !errors.Is(err, guard.ErrUnavailable) {
+			// The call's own context ended (cancelled, or its deadline
+			// passed while waiting for the resource).
+			return status.FromContextError(err).Err()
+		}
+	}
+	o := fence.OutcomeOf(err)
+	a := answer(o)
+	if a.reason == "" {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	info := &errdetails.ErrorInfo{Domain: ErrorDomain, Reason: a.reason, Metadata: map[string]string{
+		"outcome":  o.String(),
 		"resource": tgt.Resource,
 		"lock":     tgt.Lock,
 	}}
@@ -162,55 +186,25 @@ func rpcStatus(tgt guard.Target, t fence.Token, err error) error {
 		info.Metadata["token"] = t.String()
 		info.Metadata["token_revision"] = strconv.FormatInt(t.Revision, 10)
 	}
-	var code codes.Code
-	var rej *guard.RejectedError
-	var unv *guard.UnverifiedError
-	var ahead *guard.MarkAheadError
-	switch {
-	case errors.As(err, &ahead):
-		code, info.Reason = CodeMarkAhead, ReasonMarkAhead
-		info.Metadata["mark_revision"] = strconv.FormatInt(ahead.Mark.Revision, 10)
-	case errors.As(err, &unv):
-		code, info.Reason = CodeUnverified, ReasonUnverified
-		if !unv.Mark.IsZero() {
-			info.Metadata["mark_revision"] = strconv.FormatInt(unv.Mark.Revision, 10)
-		}
-	case errors.As(err, &rej):
-		code = CodeRejected
-		info.Reason = ReasonStale
-		if errors.Is(err, fence.ErrWrongLock) {
-			info.Reason = ReasonWrongLock
-		}
-		if !rej.Mark.IsZero() {
-			info.Metadata["mark_revision"] = strconv.FormatInt(rej.Mark.Revision, 10)
-		}
-	case errors.Is(err, guard.ErrMissing):
-		code, info.Reason = CodeMissing, ReasonMissing
-		err = fmt.Errorf("%w: send it as gRPC metadata %q", err, MetadataKey)
-	case errors.Is(err, guard.ErrMalformed):
-		code, info.Reason = CodeMalformed, ReasonMalformed
-	case errors.Is(err, guard.ErrInvalidTarget):
-		return status.Error(codes.Internal, "guard: invalid target")
-	case errors.Is(err, guard.ErrUnavailable):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// The call's own context ended (cancelled, or its deadline passed
-		// while waiting for the resource).
-		return status.FromContextError(err).Err()
-	default:
-		return status.Error(codes.Unavailable, err.Error())
+	var r *fence.RefusedError
+	if errors.As(err, &r) && !r.Mark.IsZero() {
+		info.Metadata["mark_revision"] = strconv.FormatInt(r.Mark.Revision, 10)
 	}
-	st, derr := status.New(code, err.Error()).WithDetails(info)
+	msg := err.Error()
+	if o == fence.Missing {
+		msg += fmt.Sprintf(": send it as gRPC metadata %q", MetadataKey)
+	}
+	st, derr := status.New(a.code, msg).WithDetails(info)
 	if derr != nil {
-		return status.Error(code, err.Error())
+		return status.Error(a.code, msg)
 	}
 	return st.Err()
 }
 
 // TokenFromMetadata returns the token carried by md under MetadataKey. It
-// returns an error matching guard.ErrMissing when md has none, and one
-// matching guard.ErrMalformed when it has more than one or its value is
-// not a valid token.
+// returns a *fence.RefusedError with Outcome fence.Missing when md has
+// none, and one with Outcome fence.Malformed when it has more than one or
+// its value is not a valid token.
 func TokenFromMetadata(md metadata.MD) (fence.Token, error) {
 	return guard.TokenFromValues(md.Get(MetadataKey))
 }

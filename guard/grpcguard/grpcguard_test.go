@@ -14,7 +14,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/guard/grpcguard"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -200,13 +200,13 @@ func TestGRPCRule(t *testing.T) {
 		{"first", withTok(5, "items"), codes.OK, "", ""},
 		{"newer", withTok(9, "items"), codes.OK, "", ""},
 		{"equal", withTok(9, "items"), codes.OK, "", ""},
-		{"older", withTok(7, "items"), codes.Aborted, grpcguard.ReasonStale, "9"},
-		{"wrong lock, higher", withTok(500, "payments"), codes.Aborted, grpcguard.ReasonWrongLock, ""},
-		{"missing", bg, codes.InvalidArgument, grpcguard.ReasonMissing, ""},
-		{"malformed", withRawToken(bg, "nine:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
-		{"revision zero", withRawToken(bg, "0:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
-		{"negative revision", withRawToken(bg, "-9:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
-		{"two tokens", withRawToken(bg, "9:items", "10:items"), codes.InvalidArgument, grpcguard.ReasonMalformed, ""},
+		{"older", withTok(7, "items"), codes.Aborted, grpcguard.Reason(fence.Stale), "9"},
+		{"wrong lock, higher", withTok(500, "payments"), codes.Aborted, grpcguard.Reason(fence.WrongLock), ""},
+		{"missing", bg, codes.InvalidArgument, grpcguard.Reason(fence.Missing), ""},
+		{"malformed", withRawToken(bg, "nine:items"), codes.InvalidArgument, grpcguard.Reason(fence.Malformed), ""},
+		{"revision zero", withRawToken(bg, "0:items"), codes.InvalidArgument, grpcguard.Reason(fence.Malformed), ""},
+		{"negative revision", withRawToken(bg, "-9:items"), codes.InvalidArgument, grpcguard.Reason(fence.Malformed), ""},
+		{"two tokens", withRawToken(bg, "9:items", "10:items"), codes.InvalidArgument, grpcguard.Reason(fence.Malformed), ""},
 		{"raw equal", withRawToken(bg, "9:items"), codes.OK, "", ""},
 	}
 	var want []fence.Token
@@ -253,18 +253,18 @@ func TestGRPCStream(t *testing.T) {
 		t.Fatalf("Append with token 30: %v", err)
 	}
 	err := appendStream(fence.NewContext(bg, tok("items", 29)), conn, 2)
-	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != grpcguard.ReasonStale {
-		t.Errorf("Append with stale token 29: %v, want Aborted/%s", err, grpcguard.ReasonStale)
+	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != grpcguard.Reason(fence.Stale) {
+		t.Errorf("Append with stale token 29: %v, want Aborted/%s", err, grpcguard.Reason(fence.Stale))
 	}
 	err = appendStream(fence.NewContext(bg, tok("jobs", 31)), conn, 2)
-	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != grpcguard.ReasonWrongLock {
-		t.Errorf("Append with wrong-lock token: %v, want Aborted/%s", err, grpcguard.ReasonWrongLock)
+	if status.Code(err) != codes.Aborted || errorInfo(err).GetReason() != grpcguard.Reason(fence.WrongLock) {
+		t.Errorf("Append with wrong-lock token: %v, want Aborted/%s", err, grpcguard.Reason(fence.WrongLock))
 	}
-	if err := appendStream(bg, conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != grpcguard.ReasonMissing {
-		t.Errorf("Append without token: %v, want InvalidArgument/%s", err, grpcguard.ReasonMissing)
+	if err := appendStream(bg, conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != grpcguard.Reason(fence.Missing) {
+		t.Errorf("Append without token: %v, want InvalidArgument/%s", err, grpcguard.Reason(fence.Missing))
 	}
-	if err := appendStream(withRawToken(bg, "x"), conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != grpcguard.ReasonMalformed {
-		t.Errorf("Append with malformed token: %v, want InvalidArgument/%s", err, grpcguard.ReasonMalformed)
+	if err := appendStream(withRawToken(bg, "x"), conn, 1); status.Code(err) != codes.InvalidArgument || errorInfo(err).GetReason() != grpcguard.Reason(fence.Malformed) {
+		t.Errorf("Append with malformed token: %v, want InvalidArgument/%s", err, grpcguard.Reason(fence.Malformed))
 	}
 	if err := appendStream(fence.NewContext(bg, tok("items", 30)), conn, 1); err != nil {
 		t.Errorf("Append with equal token 30: %v", err)
@@ -353,9 +353,9 @@ func TestGRPCUnverified(t *testing.T) {
 	forged := tok("items", holder.Fence().Revision+1000)
 	err = put(fence.NewContext(ctx, forged), conn, "item/1")
 	info := errorInfo(err)
-	if status.Code(err) != grpcguard.CodeUnverified || info.GetReason() != grpcguard.ReasonUnverified ||
+	if status.Code(err) != grpcguard.Code(fence.Unverified) || info.GetReason() != grpcguard.Reason(fence.Unverified) ||
 		info.GetMetadata()["mark_revision"] != strconv.FormatInt(holder.Fence().Revision, 10) {
-		t.Errorf("forged token: %v (%v), want PermissionDenied/%s", err, info, grpcguard.ReasonUnverified)
+		t.Errorf("forged token: %v (%v), want PermissionDenied/%s", err, info, grpcguard.Reason(fence.Unverified))
 	}
 	if err := put(fence.NewContext(ctx, holder.Fence()), conn, "item/1"); err != nil {
 		t.Errorf("holder after the forgery: %v", err)
@@ -393,9 +393,9 @@ func TestGRPCMarkAhead(t *testing.T) {
 	_, conn := startRPC(t, g)
 	err = put(fence.NewContext(ctx, holder.Fence()), conn, "item/1")
 	info := errorInfo(err)
-	if status.Code(err) != grpcguard.CodeMarkAhead || info.GetReason() != grpcguard.ReasonMarkAhead ||
+	if status.Code(err) != grpcguard.Code(fence.MarkAhead) || info.GetReason() != grpcguard.Reason(fence.MarkAhead) ||
 		info.GetMetadata()["mark_revision"] != strconv.FormatInt(old.Revision, 10) {
-		t.Errorf("holder against a mark ahead: %v (%v), want FailedPrecondition/%s", err, info, grpcguard.ReasonMarkAhead)
+		t.Errorf("holder against a mark ahead: %v (%v), want FailedPrecondition/%s", err, info, grpcguard.Reason(fence.MarkAhead))
 	}
 	if err := g.ResetMark(ctx, "item/1", old, holder.Fence()); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/fencekit/fencekit/internal/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/protobuf/types/known/wrapperspb"

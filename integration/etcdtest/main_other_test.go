@@ -5,7 +5,7 @@ package etcdtest_test
 import (
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 
 	"go.uber.org/goleak"
 )

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/integration/faults"
-	"github.com/fencekit/fencekit/internal/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"

@@ -12,25 +12,61 @@ import (
 // and can pause, blackhole, delay or drop the replies of the traffic through
 // it. Point a client at Proxy.URL instead of the server to put it behind
 // the proxy. It is safe for concurrent use; Close it when done.
-type Proxy = faultproxy.Proxy
+type Proxy struct {
+	p *faultproxy.Proxy
+}
 
 // NewProxy starts a Proxy on a free loopback port forwarding to target,
 // given as "host:port" or as an etcd client URL: http:// or https://
 // host:port, or unix:// or unixs:// and a socket path. The proxy forwards
 // bytes and does not look at them, so TLS passes through it.
 func NewProxy(target string) (*Proxy, error) {
+	network, address := "tcp", target
 	for _, scheme := range []string{"unix://", "unixs://"} {
 		if path, ok := strings.CutPrefix(target, scheme); ok {
-			return faultproxy.NewTo("unix", path)
+			network, address = "unix", path
 		}
 	}
 	for _, scheme := range []string{"http://", "https://"} {
 		if addr, ok := strings.CutPrefix(target, scheme); ok {
-			return faultproxy.New(addr)
+			address = addr
 		}
 	}
-	return faultproxy.New(target)
+	p, err := faultproxy.NewTo(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &Proxy{p: p}, nil
 }
+
+// Addr returns the proxy's "host:port".
+func (p *Proxy) Addr() string { return p.p.Addr() }
+
+// URL returns the proxy's address as an http URL, for etcd endpoints.
+func (p *Proxy) URL() string { return p.p.URL() }
+
+// Pause stops forwarding in both directions; bytes wait until Resume.
+func (p *Proxy) Pause() { p.p.Pause() }
+
+// Resume undoes Pause, Blackhole and DropReplies.
+func (p *Proxy) Resume() { p.p.Resume() }
+
+// Blackhole swallows every byte in both directions until Resume; the
+// connections stay open, as in a silent partition.
+func (p *Proxy) Blackhole() { p.p.Blackhole() }
+
+// DropReplies forwards requests but swallows every reply until Resume, so
+// the client cannot know whether its requests took effect.
+func (p *Proxy) DropReplies() { p.p.DropReplies() }
+
+// Delay holds every chunk for d before forwarding it (0 turns it off).
+func (p *Proxy) Delay(d time.Duration) { p.p.Delay(d) }
+
+// ResetConns closes every open connection; new ones are accepted.
+func (p *Proxy) ResetConns() { p.p.ResetConns() }
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() error { return p.p.Close() }
 
 // Partition cuts the links through proxies: every byte in both directions
 // is swallowed while the connections stay open, as in a silent network

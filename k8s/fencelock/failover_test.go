@@ -419,8 +419,8 @@ func (w *world) check() (overlaps int) {
 		}
 	}
 	for _, err := range w.stale {
-		if !errors.Is(err, guard.ErrRejected) || !errors.Is(err, fence.ErrStale) {
-			w.t.Errorf("a paused leader's late write: got %v, want a refusal matching guard.ErrRejected and fence.ErrStale", err)
+		if !errors.As(err, new(*fence.RefusedError)) || !errors.Is(err, fence.ErrStale) {
+			w.t.Errorf("a paused leader's late write: got %v, want a *fence.RefusedError matching fence.ErrStale", err)
 		}
 	}
 	return overlaps

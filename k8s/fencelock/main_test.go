@@ -13,7 +13,7 @@ func TestMain(m *testing.M) {
 	klog.SetLogger(logr.Discard())
 	// client-go leaves no goroutine behind; the one ignored is etcd's.
 	goleak.VerifyTestMain(m,
-		// etcd's own (see fencekit's internal/testkit.EtcdLeaks): a peer's
+		// etcd's own (see fencekit's internal/testsupport/testkit.EtcdLeaks): a peer's
 		// /version request to a member that stopped can block for ever.
 		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
 	)

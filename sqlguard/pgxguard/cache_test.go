@@ -3,6 +3,7 @@ package pgxguard_test
 import (
 	"context"
 	"errors"
+	"github.com/fencekit/fencekit/fence"
 	"testing"
 
 	"github.com/fencekit/fencekit/sqlguard"
@@ -53,7 +54,7 @@ func TestStatementCacheAcrossMigrate(t *testing.T) {
 		}
 		// The row is newer than rev-1: a read-back classifies it as stale.
 		if _, err := e.g.Update(ctx, tx, tok(rev-1), sqlguard.RowUpdate{Table: jobs, Set: []sqlguard.Assign{{Column: "state", Value: "x"}},
-			Where: "id = $1", WhereArgs: []any{"j1"}, Single: true}); !errors.Is(err, sqlguard.ErrStale) {
+			Where: "id = $1", WhereArgs: []any{"j1"}, Single: true}); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale Update: got %v", err)
 		}
 		m, err := e.g.Mark(ctx, tx, "acct")
@@ -84,8 +85,8 @@ func TestStatementCacheAcrossMigrate(t *testing.T) {
 	}
 	// sqlguard's are unaffected: an empty fence table (Mark not found, a
 	// fresh seq), a new request table, the new column type.
-	if _, err := e.g.Mark(ctx, conn, "acct"); !errors.Is(err, sqlguard.ErrNotFound) {
-		t.Fatalf("Mark after migrate: got %v, want ErrNotFound", err)
+	if _, err := e.g.Mark(ctx, conn, "acct"); !errors.Is(err, fence.ErrNoMark) {
+		t.Fatalf("Mark after migrate: got %v, want fence.ErrNoMark", err)
 	}
 	if ok, err := e.g.Recorded(ctx, conn, "req-1"); err != nil || ok {
 		t.Fatalf("Recorded after migrate: %v, %v", ok, err)

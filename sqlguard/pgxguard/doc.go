@@ -5,7 +5,7 @@
 // A pgxguard.Guard is a *sqlguard.Guard for sqlguard.PostgreSQL seen
 // through pgx's types. It runs the very statements of package sqlguard, in
 // both modes (fence table and row column), with the same errors
-// (sqlguard.ErrStale, ErrWrongLock, ErrNotFound, ErrDuplicate, ErrNeedTx,
+// (*fence.RefusedError for a refused token; sqlguard.ErrNoRow, ErrDuplicate, ErrNeedTx,
 // ErrRetryable for *pgconn.PgError codes 40001, 40P01 and 55P03, ...),
 // the same metrics and log records, and the same verifier: everything the
 // sqlguard package doc says about guarantees and limits holds here.

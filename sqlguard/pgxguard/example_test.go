@@ -38,10 +38,10 @@ func Example() {
 		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", 10, "alice")
 		return err
 	})
-	var stale *sqlguard.StaleError
+	var stale *fence.RefusedError
 	switch {
 	case errors.As(err, &stale):
-		fmt.Println("superseded: the lock's newer holder wrote revision", stale.Current.Revision)
+		fmt.Println("superseded: the lock's newer holder wrote revision", stale.Mark.Revision)
 	case err != nil:
 		panic(err)
 	}

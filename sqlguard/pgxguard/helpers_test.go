@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/fencekit/fencekit/sqlguard/pgxguard"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdtest"
-	"github.com/fencekit/fencekit/internal/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/fencekit/fencekit/sqlguard/pgxguard"
@@ -52,7 +52,7 @@ func TestObserved(t *testing.T) {
 				return g.Record(ctx, tx, "req-"+tk.String())
 			})
 		}
-		if err := run(g, forged); !errors.Is(err, sqlguard.ErrUnverified) {
+		if err := run(g, forged); !errors.Is(err, fence.ErrUnverified) {
 			t.Fatalf("forged token: got %v, want ErrUnverified", err)
 		}
 		if err := run(g, real); err != nil {

@@ -146,7 +146,7 @@ func (g *Guard) Recorded(ctx context.Context, q DBTX, requestID string) (bool, e
 	return g.e.Recorded(ctx, g.querier(q), requestID)
 }
 
-// Mark returns resource's mark, or an error matching sqlguard.ErrNotFound,
+// Mark returns resource's mark, or an error matching fence.ErrNoMark,
 // as sqlguard.Guard.Mark does: for display and tests only.
 func (g *Guard) Mark(ctx context.Context, q DBTX, resource string) (sqlguard.Mark, error) {
 	return g.e.Mark(ctx, g.querier(q), resource)
@@ -174,13 +174,13 @@ func (g *Guard) ResetMark(ctx context.Context, q DBTX, resource string, old, nex
 }
 
 // Bind declares that resource is protected by lock, so that a first
-// token of another lock is refused with sqlguard.ErrWrongLock, as
+// token of another lock is refused with fence.ErrWrongLock, as
 // sqlguard.Guard.Bind does.
 func (g *Guard) Bind(ctx context.Context, q DBTX, resource, lock string) error {
 	return g.e.Bind(ctx, g.querier(q), resource, lock)
 }
 
-// Classify returns err wrapped in a *sqlguard.RetryableError when it is a
+// Classify returns err wrapped to match sqlguard.ErrRetryable when it is a
 // *pgconn.PgError with SQLSTATE 40001, 40P01 or 55P03 (or 0A000 "cached
 // plan must not change result type": a statement of yours that pgx cached
 // before a migration), and err otherwise, as sqlguard.Guard.Classify does.

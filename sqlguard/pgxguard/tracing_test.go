@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencekit/fencekit/fence"
 	"strings"
 	"testing"
 
 	"github.com/fencekit/fencekit/internal/logattr"
-	"github.com/fencekit/fencekit/internal/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
 	"github.com/fencekit/fencekit/sqlguard"
 	"github.com/fencekit/fencekit/sqlguard/pgxguard"
 	"github.com/jackc/pgx/v5"
@@ -37,7 +38,7 @@ func TestTracing(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("RunTx(5): %v", err)
 		}
-		if err := g.RunTx(ctx, e.pool, pgx.TxOptions{}, tok(3), []string{"acct"}, nil); !errors.Is(err, sqlguard.ErrStale) {
+		if err := g.RunTx(ctx, e.pool, pgx.TxOptions{}, tok(3), []string{"acct"}, nil); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("RunTx(3) = %v, want ErrStale", err)
 		}
 		if err := g.Claim(ctx, e.pool, tok(6), "acct"); err != nil {
@@ -51,7 +52,7 @@ func TestTracing(t *testing.T) {
 		if err := upd(5); err != nil {
 			t.Fatalf("Update(5): %v", err)
 		}
-		if err := upd(4); !errors.Is(err, sqlguard.ErrStale) {
+		if err := upd(4); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("Update(4) = %v, want ErrStale", err)
 		}
 		// Without the option: nothing more.

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/fencekit/fencekit/internal/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
 )
 
 // Tracing returns a new span recorder twice: as the TracerProvider to

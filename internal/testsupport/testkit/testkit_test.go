@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testkit"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"go.uber.org/goleak"
 )
 

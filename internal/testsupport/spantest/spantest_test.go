@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/spantest"
+	"github.com/fencekit/fencekit/internal/testsupport/spantest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"

@@ -1,0 +1,49 @@
+package testsupport_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const helpers = "github.com/fencekit/fencekit/internal/testsupport/"
+
+// TestTestSupportOnlyInTests: no package but the test helpers themselves
+// depends on a test helper, in the core module and in the modules of the
+// workspace that may import the core's internal packages.
+func TestTestSupportOnlyInTests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	patterns := []string{"github.com/fencekit/fencekit/...", "github.com/fencekit/fencekit/integration/...",
+		"github.com/fencekit/fencekit/redisguard/...", "github.com/fencekit/fencekit/k8s/...",
+		"github.com/fencekit/fencekit/cmd/fencekit/..."}
+	checked := 0
+	for _, p := range patterns {
+		out, err := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", p).Output()
+		if err != nil {
+			t.Logf("go list %s: %v (not in this build's workspace)", p, err)
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			pkg, deps, _ := strings.Cut(line, " ")
+			if pkg == "" || strings.HasPrefix(pkg, helpers) {
+				continue
+			}
+			checked++
+			for _, d := range strings.Fields(deps) {
+				if strings.HasPrefix(d, helpers) {
+					t.Errorf("production package %s depends on test helper %s", pkg, d)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d packages: go list found too few", checked)
+	}
+	t.Logf("%d production packages, none depends on a test helper", checked)
+}
