@@ -112,7 +112,7 @@ func parse(r io.Reader) (*results, error) {
 }
 
 // benchOrder is the order of benchmarks in the tables; others follow.
-var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Observe", "Guard", "Redis", "LossSignal", "ManyLocks"}
+var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Observe", "AcquireAll", "AcquireAllContended", "Guard", "Redis", "LossSignal", "ManyLocks"}
 
 func benchRank(bench string) int {
 	if i := slices.Index(benchOrder, bench); i >= 0 {
@@ -342,6 +342,14 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 		return atMost(2)
 	case rw.bench == "Handoff" && rw.param == "n=2" && pair == "etcdmutex/fencekit":
 		return atLeast(20)
+	case rw.bench == "AcquireAll" && rw.param == "k=8" && pair == "set/single":
+		return atMost(1.3)
+	case rw.bench == "AcquireAll" && pair == "sequential/set":
+		k, err := strconv.Atoi(strings.TrimPrefix(rw.param, "k="))
+		if err != nil {
+			return "", ""
+		}
+		return atLeast(float64(k) / 1.5)
 	case rw.bench == "Election" && pair == "fencekit/lock":
 		return atMost(2)
 	case rw.bench == "Observe" && pair == "fencekit/etcdelection":

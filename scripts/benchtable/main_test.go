@@ -163,3 +163,28 @@ BenchmarkRedis/store-2   1   0.05 fencekit-ms/op   0.04 floor-ms/op   500 ops/bl
 		}
 	}
 }
+
+// TestAcquireAllRows: a set of 8 against one lock gets the ≤ 1.3x target,
+// and sequential/set the ≥ k/1.5 target of its k.
+func TestAcquireAllRows(t *testing.T) {
+	const in = `BenchmarkAcquireAll/k=2-2   1   1.9 set-ms/op   2.2 single-ms/op   20 ops/block   1.68 ratio:sequential/set   4.9 ratio:sequential/set-max   1.2 ratio:sequential/set-min   1.21 ratio:set/single   1.6 ratio:set/single-max   0.2 ratio:set/single-min   12 rounds
+BenchmarkAcquireAll/k=8-2   1   2.8 set-ms/op   1.8 single-ms/op   20 ops/block   5.45 ratio:sequential/set   11 ratio:sequential/set-max   1.6 ratio:sequential/set-min   1.86 ratio:set/single   6.3 ratio:set/single-max   0.4 ratio:set/single-min   12 rounds
+`
+	res, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, res, "test machine", "cmd")
+	table := out.String()
+	for _, want := range []string{
+		"| AcquireAll | k=2 | sequential/set | 1.68x (1.20x–4.90x) |  | ≥ 1.33x | met (median; not every round) |",
+		"| AcquireAll | k=8 | sequential/set | 5.45x (1.60x–11.0x) |  | ≥ 5.33x | met (median; not every round) |",
+		"| AcquireAll | k=8 | set/single | 1.86x (0.40x–6.30x) |  | ≤ 1.30x | **MISSED** |",
+		"| AcquireAll | k=2 | set/single | 1.21x (0.20x–1.60x) |  |  |  |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
