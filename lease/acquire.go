@@ -144,7 +144,7 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 		wakec: make(chan struct{}, 1), failc: make(chan struct{}), queued: time.Now()}
-	if err := c.addWaiter(w); err != nil {
+	if err := c.recs.subscribe(w); err != nil {
 		return nil, err
 	}
 	queue, readRev, written, err := c.enqueue(ctx, w, val, req.try)
@@ -153,7 +153,7 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 		l, err = c.awaitAdmission(ctx, w, queue, readRev, req)
 	}
 	if err != nil {
-		c.removeWaiter(w)
+		c.recs.unsubscribe(w)
 		switch {
 		case errors.Is(err, errNoSession):
 			c.endSession(s, ErrSessionExpired)
@@ -162,54 +162,12 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 		case !written && !w.uncertain:
 			s.freeSlot(key) // nothing was written
 		default:
-			c.abandon(s, key, val, w.uncertain)
+			c.recs.abandon(s, key, val, w.uncertain)
 		}
 		c.log.Debug("lease acquire failed", logattr.Lock(req.name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
 		return nil, err
 	}
 	return l, nil
-}
-
-func (c *Client) addWaiter(w *waiter) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	if w.sess.failure() != nil {
-		return errRetired // ended since this acquisition picked it: try another
-	}
-	w.reading()
-	w.own = c.watchOwnLocked(w.key)
-	if w.kind.limit > 0 {
-		w.block = c.holdWatchLocked(w.dir, true) // a permit may come from any holder
-	}
-	c.waiters[w.key] = w
-	if c.byDir[w.dir] == nil {
-		c.byDir[w.dir] = map[*waiter]struct{}{}
-	}
-	c.byDir[w.dir][w] = struct{}{}
-	return nil
-}
-
-func (c *Client) removeWaiter(w *waiter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unlinkWaiter(w)
-	c.retireIfIdleLocked(w.sess)
-}
-
-// unlinkWaiter stops routing watch events to w. c.mu is held.
-func (c *Client) unlinkWaiter(w *waiter) {
-	c.dropWatchLocked(w.block)
-	w.block = nil
-	delete(c.waiters, w.key)
-	if ws := c.byDir[w.dir]; ws != nil {
-		delete(ws, w)
-		if len(ws) == 0 {
-			delete(c.byDir, w.dir)
-		}
-	}
 }
 
 // errSlotTaken reports that the key an acquisition was to write holds
@@ -254,27 +212,14 @@ func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) erro
 		return w.sess.cause()
 	case <-ctx.Done():
 		return context.Cause(ctx)
-	case <-c.ctx.Done():
+	case <-c.bg.ctx.Done():
 		return ErrClosed
 	}
 }
 
 // promote turns the waiter into a held lease, unless its record or session
-// went meanwhile. The check and the registration happen under the Client's
-// lock, the same lock the watch dispatches under, so no loss is missed.
+// went meanwhile (see records.replace).
 func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unlinkWaiter(w)
-	if err := w.failure(); err != nil {
-		return nil, err
-	}
-	if err := w.sess.failure(); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("session ended while acquiring: %w", err)
-	}
 	l := &Lease{
 		c:         c,
 		name:      req.name,
@@ -293,6 +238,8 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		queued:    w.queued,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	c.held[w.key] = l
+	if err := c.recs.replace(w, l); err != nil {
+		return nil, err
+	}
 	return l, nil
 }

@@ -69,7 +69,7 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 				return nil, w.sess.cause()
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
-			case <-c.ctx.Done():
+			case <-c.bg.ctx.Done():
 				return nil, ErrClosed
 			case <-stuck.C:
 				// Longer than a TTL behind the same record: say so if it
@@ -95,21 +95,12 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 // admit turns the admitted waiter w into a held lease (see promote), once
 // its own record is known to have existed when the last blocker went.
 func (c *Client) admit(ctx context.Context, w *waiter, myRev int64, req request) (*Lease, error) {
-	if at := w.unconfirmed(); at != 0 && !c.orderedWithOwn(w) {
+	if at := w.unconfirmed(); at != 0 && !c.recs.orderedWithOwn(w) {
 		if err := c.confirmOwn(ctx, w, at); err != nil {
 			return nil, err
 		}
 	}
 	return c.promote(w, myRev, req)
-}
-
-// orderedWithOwn reports whether the watch w waits on also covers w's own
-// record, so that it delivered any delete of that record before the
-// blocker's later one.
-func (c *Client) orderedWithOwn(w *waiter) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return w.block != nil && w.block.covers(w.key) && c.watches[w.block.key] == w.block
 }
 
 // confirmOwn reads w's own record as it was at revision at, when a blocker
@@ -144,20 +135,11 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 	if key == "" {
 		return "", false, nil
 	}
-	c.mu.Lock()
-	if w.block == nil || !w.block.covers(key) || c.watches[w.block.key] != w.block {
-		// None yet, another target, or a watch the Client stopped since
-		// (replaced by the prefix watch).
-		old := w.block
-		w.block = c.holdWatchLocked(key, prefix)
-		c.dropWatchLocked(old)
-	}
-	kw := w.block
-	c.mu.Unlock()
+	kw := c.recs.watchBehind(w, key, prefix)
 	if err := waitFor(ctx, c, w, kw.created); err != nil {
 		return "", false, err
 	}
-	if c.ctx.Err() != nil {
+	if c.bg.ctx.Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
 	return key, kw.start <= at, nil

@@ -183,16 +183,16 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		c.mu.Lock()
+		c.recs.mu.Lock()
 		var w *waiter
-		for _, x := range c.waiters {
+		for _, x := range c.recs.waiters {
 			w = x
 		}
 		var block, own *keyWatch
 		if w != nil {
-			block, own = w.block, c.watches[w.key]
+			block, own = w.block, c.recs.watches.m[w.key]
 		}
-		c.mu.Unlock()
+		c.recs.mu.Unlock()
 		if block != nil && own != nil {
 			select {
 			case <-block.created:

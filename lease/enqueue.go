@@ -49,7 +49,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 		return []clientv3.Op{q, clientv3.OpGet(w.key)}
 	}
 	empty := clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
-	fast := !try && !c.busy.has(w.dir)
+	fast := !try && !c.recs.busy.has(w.dir)
 	for {
 		var txn clientv3.Txn
 		switch {
@@ -76,7 +76,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 			queue = []*mvccpb.KeyValue{{Key: []byte(w.key), CreateRevision: readRev, ModRevision: readRev}}
 			if !alone && !fast {
 				queue = resp.Responses[1].GetResponseRange().Kvs
-				c.busy.note(w.dir, len(queue) > 1)
+				c.recs.busy.note(w.dir, len(queue) > 1)
 			}
 			break
 		}
@@ -84,7 +84,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 			// Someone's record is there (or this acquisition's own, from
 			// a try whose reply was lost): queue behind it.
 			fast = false
-			c.busy.note(w.dir, true)
+			c.recs.busy.note(w.dir, true)
 			continue
 		}
 		// Not written: the key or the lock exists. Read them (a try has

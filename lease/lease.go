@@ -42,7 +42,11 @@ type Lease struct {
 	// deleted (see orphan.uncertain).
 	uncertain bool
 
-	rel release // whether a delete of the record may be this holder's own Release
+	// Whether a delete of the record may be this holder's own Release,
+	// and whether the watch saw one while it was in flight (see relState);
+	// guarded by the records table's lock.
+	rel       relState
+	sawDelete bool
 
 	opMu    sync.Mutex    // serialises Renew, Reenter and Release
 	count   int           // hold count last confirmed in etcd; guarded by opMu
@@ -149,18 +153,14 @@ func (l *Lease) end(err error) {
 
 // lose ends the lease because a call found it no longer owns its record.
 func (l *Lease) lose(cause error) {
-	l.c.mu.Lock()
-	l.c.finishLocked(l, errors.Is(cause, ErrNotFound))
-	l.c.mu.Unlock()
+	l.c.recs.forget(l, errors.Is(cause, ErrNotFound))
 	l.end(l.lostError(cause))
 }
 
 // released ends the lease because its record is gone at its holder's
 // request.
 func (l *Lease) released() {
-	l.c.mu.Lock()
-	l.c.finishLocked(l, true)
-	l.c.mu.Unlock()
+	l.c.recs.forget(l, true)
 	l.end(ErrReleased)
 }
 
@@ -177,20 +177,6 @@ func (l *Lease) lostError(cause error) *LostError {
 // the "lease acquired" record's, so records join on them.
 func (l *Lease) attrs() []slog.Attr {
 	return []slog.Attr{logattr.Lock(l.name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev)}
-}
-
-// finishLocked stops tracking l: the watch no longer judges its record,
-// and when the record is gone (recordGone) its key may be reused. A
-// tainted session that l kept alive may retire. c.mu is held.
-func (c *Client) finishLocked(l *Lease, recordGone bool) {
-	if c.held[l.key] == l {
-		delete(c.held, l.key)
-	}
-	l.rel.clear()
-	if recordGone {
-		c.releaseKeyLocked(l)
-	}
-	c.retireIfIdleLocked(l.sess)
 }
 
 type ctxKey struct{ name string }

@@ -124,7 +124,7 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	r := newResender(l.sess.ttl, &l.c.latency)
+	r := newResender(l.sess.ttl, &l.c.lat.change)
 	for try := 0; ; try++ {
 		err := l.changeOnce(ctx, r.deadline(), op, payload, try == 0)
 		if !errors.Is(err, ErrOutcomeUnknown) {
@@ -170,7 +170,7 @@ func (l *Lease) changeOnce(ctx context.Context, d time.Duration, op opKind, payl
 		var write clientv3.Op
 		if last {
 			write = clientv3.OpDelete(l.key)
-			mayDelete = l.c.startRelease(l)
+			mayDelete = l.c.recs.startRelease(l)
 		} else {
 			write = clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 		}
@@ -266,11 +266,7 @@ func (l *Lease) resolve(st stored) (pendingCall, bool) {
 // of the last hold has an unknown outcome, none otherwise. It reports
 // whether the watch saw the record deleted meanwhile.
 func (l *Lease) settleReleasing() (sawDelete bool) {
-	st := relNone
-	if l.lastRelease() {
-		st = relPending
-	}
-	return l.rel.set(st)
+	return l.c.recs.settleRelease(l, l.lastRelease())
 }
 
 // reads are the reads that explain a failed compare: the record, and the
@@ -304,7 +300,7 @@ func (l *Lease) txnWithin(ctx context.Context, d time.Duration, ops ...clientv3.
 	sent := time.Now()
 	resp, err := l.txn(tctx, ops...)
 	if err == nil {
-		observeLatency(&l.c.latency, time.Since(sent))
+		observeLatency(&l.c.lat.change, time.Since(sent))
 	} else if ctx.Err() == nil && tctx.Err() != nil {
 		err = fmt.Errorf("%w within %v", errNoReply, d)
 	}

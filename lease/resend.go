@@ -84,7 +84,7 @@ func (r *resender) deadline() time.Duration {
 // ctx has ended, the Client or its etcd client is closed, or the time for
 // tries is up.
 func (r *resender) again(ctx context.Context, c *Client) bool {
-	if ctx.Err() != nil || c.ctx.Err() != nil || c.etcdClosed() {
+	if ctx.Err() != nil || c.bg.ctx.Err() != nil || c.etcdClosed() {
 		return false
 	}
 	var wait time.Duration
@@ -105,7 +105,7 @@ func (r *resender) again(ctx context.Context, c *Client) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	case <-c.ctx.Done():
+	case <-c.bg.ctx.Done():
 		return false
 	}
 }

@@ -13,10 +13,9 @@ import (
 
 // session is one etcd lease of a Client, to which the records of its
 // acquisitions are attached. Its mutable fields are its own, guarded by
-// its mu; code that holds Client.mu may take a session's mu, never the
-// other way round. A session ends once (finish): the Client ends it under
-// Client.mu, so that whoever checks err and registers a lease under
-// Client.mu cannot miss its end.
+// its mu (see the lock order in doc.go). A session ends once (finish): the
+// Client ends it under the records table's lock, so that whoever checks
+// err and registers a lease under that lock cannot miss its end.
 type session struct {
 	id     clientv3.LeaseID
 	keyID  string // id as record keys carry it: 16 hex digits and a dash

@@ -9,8 +9,8 @@ import (
 )
 
 // waiter is one acquisition between writing its record and being admitted.
-// Its fields below mu are guarded by mu; the Client's watch calls onDelete,
-// onPut, resync and wake.
+// Its fields below mu are guarded by mu; the records table calls onDelete,
+// onPut and resync, under its own lock, as watch events arrive.
 //
 // A waiter is admitted when fewer than need of the records ahead of it in
 // the queue block it (see admission). Records are only ever added behind
@@ -32,8 +32,8 @@ type waiter struct {
 	kind            recordKind
 	tok             owner.Token
 	sess            *session
-	own             *keyWatch     // covers key; set by addWaiter
-	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by Client.mu
+	own             *keyWatch     // covers key; set by records.subscribe
+	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
 	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
 	failErr         error
