@@ -228,15 +228,13 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		owner:     w.tok,
 		acquired:  time.Now(),
 		rev:       rev,
-		modRev:    rev,
 		sess:      w.sess,
 		uncertain: w.uncertain,
-		count:     1,
-		payload:   req.payload,
 		written:   encodeValue(w.tok.Value(), 1, req.payload),
 		position:  w.position,
 		queued:    w.queued,
 	}
+	l.confirm(1, req.payload, rev)
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err

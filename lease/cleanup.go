@@ -95,19 +95,25 @@ func (t *records) deleteOrphan(key string, o orphan) {
 	resp, err := t.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", o.value)).
 		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	cancel()
+	if t.settleOrphan(key, o, resp, err) && t.bg.ctx.Err() == nil {
+		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
+	}
+}
+
+// settleOrphan applies the outcome of an orphan's delete, and reports
+// whether the delete failed while the orphan is still the table's.
+func (t *records) settleOrphan(key string, o orphan, resp *clientv3.TxnResponse, err error) (failed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur, ok := t.orphans[key]
 	if !ok || cur.value != o.value || cur.sess != o.sess {
-		return // its session ended meanwhile
+		return false // its session ended meanwhile
 	}
 	cur.busy = false
 	t.orphans[key] = cur
 	switch {
 	case err != nil:
-		if t.bg.ctx.Err() == nil {
-			t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
-		}
+		return true
 	case cur.uncertain:
 		// Deleted or absent for now; a late write may still come, until
 		// the session is revoked.
@@ -118,4 +124,5 @@ func (t *records) deleteOrphan(key string, o orphan) {
 			cur.sess.freeSlot(key) // gone; otherwise someone else's record holds the key
 		}
 	}
+	return false
 }

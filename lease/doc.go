@@ -250,5 +250,24 @@
 // # Concurrency
 //
 // Client and Lease are safe for concurrent use. Renew, Reenter and Release
-// of one Lease are serialised.
+// of one Lease are serialised; the getters (Holds, Err, Term.Value and the
+// like) answer from local state and never wait for one of them.
+//
+// Inside, every goroutine takes the package's locks in one order, top to
+// bottom, and only the first two are ever held across an etcd request:
+//
+//  1. a Lease's operation lock (one Renew, Reenter, Release or Proclaim);
+//  2. the Client's session grant (one session created at a time);
+//  3. the Client's session set (the sessions, and whether it is closed);
+//  4. the Client's records table (its watches, held leases, waiters and
+//     orphans: watch events, promotions and session ends are judged
+//     under it);
+//  5. a waiter's view of its queue;
+//  6. a session's state;
+//  7. a Lease's end;
+//  8. the set of locks found taken lately.
+//
+// Leases end, and their Done channels close, after these locks are
+// released. The ranks are in lockorder.go; tests built with the
+// fencekit_lockcheck tag check every Lock against them.
 package lease

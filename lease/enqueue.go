@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -130,7 +129,7 @@ const maxBusy = 4096
 // therefore written the queueing way until an acquisition finds it free
 // again.
 type busyLocks struct {
-	mu   sync.Mutex
+	mu   busyMutex
 	dirs map[string]struct{}
 }
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -48,15 +48,18 @@ type Lease struct {
 	rel       relState
 	sawDelete bool
 
-	opMu    sync.Mutex    // serialises Renew, Reenter and Release
+	opMu    opMutex       // serialises Renew, Reenter and Release
 	count   int           // hold count last confirmed in etcd; guarded by opMu
 	modRev  int64         // the record's mod revision last confirmed; guarded by opMu
 	pending []pendingCall // calls whose outcome is unknown; guarded by opMu
 	payload string        // the public value stored with the record (elections); guarded by opMu
+	// shown is count and payload as the getters (Holds, Term.Value) read
+	// them, without opMu, which is held across etcd round trips.
+	shown atomic.Pointer[confirmed]
 
 	ctx    context.Context // cancelled, with the end's cause, when the lease ends
 	cancel context.CancelCauseFunc
-	mu     sync.Mutex
+	mu     leaseMutex
 	err    error
 }
 
@@ -107,9 +110,21 @@ func (l *Lease) Err() error {
 // one per Release. After a Reenter or Release whose outcome is unknown it
 // is the count before that call, until a later call finds out.
 func (l *Lease) Holds() int {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	return l.count
+	return l.shown.Load().count
+}
+
+// confirmed is what a Lease's holder last confirmed in etcd, as its
+// getters show it.
+type confirmed struct {
+	count   int
+	payload string
+}
+
+// confirm records the hold count, payload and mod revision etcd confirmed.
+// l.opMu is held (or l is not shared yet).
+func (l *Lease) confirm(count int, payload string, modRev int64) {
+	l.count, l.payload, l.modRev = count, payload, modRev
+	l.shown.Store(&confirmed{count: count, payload: payload})
 }
 
 // Context returns a copy of parent that carries l (see FromContext) and its

@@ -200,7 +200,7 @@ func (l *Lease) changeOnce(ctx context.Context, d time.Duration, op opKind, payl
 			if last {
 				l.released()
 			} else {
-				l.count, l.payload, l.modRev = next.count, next.payload, resp.Header.Revision
+				l.confirm(next.count, next.payload, resp.Header.Revision)
 				l.settleReleasing()
 			}
 			l.logResult(op, "done", nil)
@@ -237,7 +237,8 @@ func (l *Lease) changeOnce(ctx context.Context, d time.Duration, op opKind, payl
 			return opErr(op.String(), l.name, st.err)
 		}
 		applied, ok := l.resolve(st)
-		l.count, l.payload, l.modRev, l.pending = st.count, st.payload, st.modRev, nil
+		l.confirm(st.count, st.payload, st.modRev)
+		l.pending = nil
 		if ok && applied == next {
 			// An earlier try of this call applied: this is its retry.
 			l.logResult(op, "done", nil)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,7 +27,7 @@ type records struct {
 	keeper sessionKeeper
 	busy   busyLocks // lock directories found taken lately (see enqueue); its own lock
 
-	mu      sync.Mutex
+	mu      recordsMutex
 	closed  bool
 	watches watchSet
 	held    map[string]*Lease  // record key -> lease

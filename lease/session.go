@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -19,10 +18,10 @@ var errRetired = errors.New("lease: session retired")
 // acquisitions use, every session not yet ended, and whether the Client
 // is closed.
 type sessionSet struct {
-	grant   sync.Mutex          // serialises session creation
+	grant   grantMutex          // serialises session creation
 	checked map[string]struct{} // endpoints whose version was checked; guarded by grant
 
-	mu     sync.Mutex // guards the fields below
+	mu     sessionsMutex // guards the fields below
 	closed bool
 	cur    *session              // the session new acquisitions use; nil if none
 	live   map[*session]struct{} // every session not yet ended

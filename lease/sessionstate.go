@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,7 +24,7 @@ type session struct {
 	ended  context.Context // cancelled with done, for context.AfterFunc
 	end    context.CancelFunc
 
-	mu         sync.Mutex
+	mu         sessionMutex
 	err        error // why it ended; nil while it lasts
 	validUntil time.Time
 	timer      *time.Timer

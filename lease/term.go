@@ -23,9 +23,7 @@ func (t *Term) Since() time.Time { return t.since }
 
 // Value returns the value the term publishes.
 func (t *Term) Value() string {
-	t.l.opMu.Lock()
-	defer t.l.opMu.Unlock()
-	_, v := decodePayload(t.l.payload)
+	_, v := decodePayload(t.l.shown.Load().payload)
 	return v
 }
 

@@ -44,7 +44,7 @@ type waiter struct {
 	position  int       // records that blocked it when it queued
 	queued    time.Time // when the acquisition started
 
-	mu       sync.Mutex
+	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
 	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
 	blockers map[string]int64 // records ahead that block it: key -> creation revision; nil while reading

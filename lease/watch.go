@@ -153,8 +153,8 @@ func (ws *watchSet) enterPrefixMode() *keyWatch {
 	old := ws.m
 	ws.m = map[string]*keyWatch{}
 	kw := ws.start(ws.prefix, true)
-	ws.log.Info("lease client watches its whole prefix", slog.Int("watches", len(old)))
 	ws.bg.spawn(func() {
+		ws.log.Info("lease client watches its whole prefix", slog.Int("watches", len(old)))
 		if !ws.bg.wait(kw.created) {
 			return
 		}
