@@ -136,14 +136,15 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	// request cut off by a partition must not outlive the session.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.ended, func() { cancel(s.cause()) })
+	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
 	defer stop()
 	tok := c.src.New()
-	dir := c.cfg.prefix + req.name + "/"
+	dir := lockDir(c.cfg.prefix, req.name)
 	key := s.claimSlot(dir, req.kind.suffix())
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
-		wakec: make(chan struct{}, 1), failc: make(chan struct{}), queued: time.Now()}
+		wakec: make(chan struct{}, 1), queued: time.Now()}
+	w.fin.init()
 	if err := c.recs.subscribe(w); err != nil {
 		return nil, err
 	}
@@ -206,9 +207,9 @@ func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) erro
 	select {
 	case <-ch:
 		return nil
-	case <-w.failc:
+	case <-w.fin.done():
 		return w.failure()
-	case <-w.sess.done:
+	case <-w.sess.fin.done():
 		return w.sess.cause()
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -235,7 +236,7 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		queued:    w.queued,
 	}
 	l.confirm(1, req.payload, rev)
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.fin.init()
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
 	}

@@ -63,9 +63,9 @@ func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.
 				if w.admitted() {
 					return c.admit(ctx, w, myRev, req)
 				}
-			case <-w.failc:
+			case <-w.fin.done():
 				return nil, w.failure()
-			case <-w.sess.done:
+			case <-w.sess.fin.done():
 				return nil, w.sess.cause()
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
@@ -147,7 +147,7 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 
 // reread reads the records ahead of w again and sets its blockers.
 func (c *Client) reread(ctx context.Context, w *waiter) error {
-	opts := append(queueOpts(), clientv3.WithMaxCreateRev(w.myRev))
+	opts := queueKeys(clientv3.WithMaxCreateRev(w.myRev))
 	for {
 		w.reading()
 		resp, err := c.etcd.Get(ctx, w.dir, opts...)

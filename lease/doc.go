@@ -264,8 +264,7 @@
 //     under it);
 //  5. a waiter's view of its queue;
 //  6. a session's state;
-//  7. a Lease's end;
-//  8. the set of locks found taken lately.
+//  7. the set of locks found taken lately.
 //
 // Leases end, and their Done channels close, after these locks are
 // released. The ranks are in lockorder.go; tests built with the

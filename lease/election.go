@@ -120,7 +120,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	e.c.met.leading.Inc()
 	e.c.met.terms.Inc()
-	context.AfterFunc(l.ctx, e.c.met.leading.Dec)
+	context.AfterFunc(l.fin.ctx, e.c.met.leading.Dec)
 	return t, nil
 }
 
@@ -140,7 +140,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 // Leader returns who leads the election now, or ErrNoLeader. It is one
 // etcd read.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	resp, err := e.c.etcd.Get(ctx, e.c.cfg.prefix+e.name+"/", headOpts()...)
+	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), headRecord()...)
 	if err != nil {
 		return Leader{}, opErr("leader", e.name, rpcError(err))
 	}
@@ -171,7 +171,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // keeps that directory's records (the queue of candidates) in memory.
 func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 	return func(yield func(Leader) bool) {
-		o := &observer{e: e, dir: e.c.cfg.prefix + e.name + "/", yield: yield, first: true}
+		o := &observer{e: e, dir: lockDir(e.c.cfg.prefix, e.name), yield: yield, first: true}
 		for ctx.Err() == nil {
 			if !o.watch(ctx) {
 				return
@@ -319,12 +319,6 @@ func (e *Election) leaderOf(kvs []*mvccpb.KeyValue) Leader {
 	_, _, payload, _ := decodeRecord(kv.Value)
 	since, value := decodePayload(payload)
 	return Leader{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}, Since: since, key: string(kv.Key)}
-}
-
-// headOpts read the head of a queue, value included.
-func headOpts() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(1),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

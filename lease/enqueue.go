@@ -7,17 +7,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// queueOpts reads a lock's queue: record keys (no values) in the order they
-// were written.
-func queueOpts() []clientv3.OpOption {
-	// Capped, so that a caller's append copies rather than writing into
-	// the shared slice.
-	return queueOptions[:len(queueOptions):len(queueOptions)]
-}
-
-var queueOptions = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-	clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-
 // enqueue writes w's record (value val) and returns the queue up to and
 // including it, and the revision that was read at, made current with the
 // watch of w's key (see catchUp). written reports whether the record was
@@ -40,10 +29,10 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 	// reads are built only when needed: an acquisition that writes (the
 	// common case) has no use for them.
 	reads := func() []clientv3.Op {
-		q := clientv3.OpGet(w.dir, queueOpts()...)
+		q := clientv3.OpGet(w.dir, queueKeys()...)
 		if alone {
 			// The head is enough to tell who holds it.
-			q = clientv3.OpGet(w.dir, append(queueOpts(), clientv3.WithLimit(1))...)
+			q = clientv3.OpGet(w.dir, headKey()...)
 		}
 		return []clientv3.Op{q, clientv3.OpGet(w.key)}
 	}
@@ -58,7 +47,7 @@ func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (
 			txn = c.etcd.Txn(ctx).If(empty).Then(put)
 		default:
 			txn = c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-				Then(put, clientv3.OpGet(w.dir, queueOpts()...))
+				Then(put, clientv3.OpGet(w.dir, queueKeys()...))
 		}
 		resp, err := txn.Commit()
 		if err != nil {
@@ -168,8 +157,7 @@ func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int
 	}
 	for {
 		w.reading()
-		resp, err := c.etcd.Get(ctx, w.dir, clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err := c.etcd.Get(ctx, w.dir, queueRecords()...)
 		if err == nil {
 			for _, kv := range resp.Kvs {
 				if string(kv.Key) == w.key {

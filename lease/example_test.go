@@ -170,3 +170,34 @@ func Example_orders() {
 	// writing orders with a token of lock orders
 	// done: <nil>
 }
+
+// ValidUntil tells work that must finish under the lock whether it still
+// has the time: the lock cannot pass to anyone else before it (short of
+// an operator deleting the record), and Done closes at it if no renewal
+// moves it.
+func ExampleLease_ValidUntil() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx := context.Background()
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	l, err := locks.Acquire(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	const step = time.Second // the longest a step of the work takes
+	if time.Until(l.ValidUntil()) > step {
+		fmt.Println("time for one more step")
+	}
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released, valid until:", l.ValidUntil())
+	// Output:
+	// time for one more step
+	// released, valid until: 0001-01-01 00:00:00 +0000 UTC
+}

@@ -120,9 +120,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*LockState, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	dir := c.cfg.prefix + name + "/"
-	resp, err := c.etcd.Get(ctx, dir, clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := c.etcd.Get(ctx, lockDir(c.cfg.prefix, name), queueRecords()...)
 	if err != nil {
 		return nil, fmt.Errorf("lease: inspect %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
@@ -277,10 +275,8 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 	if rev <= 0 {
 		return nil, fmt.Errorf("lease: force release %q: fence revision %d is not positive", name, rev)
 	}
-	dir := c.cfg.prefix + name + "/"
-	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(1),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	head, err := c.etcd.Get(ctx, dir, first...)
+	dir := lockDir(c.cfg.prefix, name)
+	head, err := c.etcd.Get(ctx, dir, headRecord()...)
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
@@ -298,7 +294,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 	resp, err := c.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
-		Else(clientv3.OpGet(dir, first...)).
+		Else(clientv3.OpGet(dir, headRecord()...)).
 		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %q: outcome unknown: %w", name, errors.Join(rpcError(err), ctx.Err()))

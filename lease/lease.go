@@ -57,10 +57,7 @@ type Lease struct {
 	// them, without opMu, which is held across etcd round trips.
 	shown atomic.Pointer[confirmed]
 
-	ctx    context.Context // cancelled, with the end's cause, when the lease ends
-	cancel context.CancelCauseFunc
-	mu     leaseMutex
-	err    error
+	fin endOnce // the lease's end: Err and Done
 }
 
 // Name returns the lock's name.
@@ -76,6 +73,22 @@ func (l *Lease) OwnerDigest() string { return l.owner.Digest() }
 
 // Acquired returns when the lock was acquired.
 func (l *Lease) Acquired() time.Time { return l.acquired }
+
+// ValidUntil returns the lease's local validity deadline: when the last
+// confirmed renewal of its session was sent, plus the TTL less the safety
+// margin (WithSafetyMargin), on this process's clock. Until then no other
+// acquisition can hold the lock, unless someone deletes the record or
+// revokes the session (Done reports that within milliseconds). Each
+// confirmed renewal, in the background every third of the TTL or by Renew,
+// moves it forward; if none does, Done closes at the deadline with
+// ErrDeadline. Work that must finish under the lock can check that it will
+// end before ValidUntil. After the lease has ended it returns the zero Time.
+func (l *Lease) ValidUntil() time.Time {
+	if l.Err() != nil {
+		return time.Time{}
+	}
+	return l.sess.until()
+}
 
 // GoString is String, so that %#v does not print the owner token.
 func (l *Lease) GoString() string { return l.String() }
@@ -93,7 +106,7 @@ func (l *Lease) String() string {
 // closes; Err says why. When renewals stop being confirmed, Done closes a
 // safety margin before the server could expire the session, so before any
 // other client can acquire the lock.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.fin.done() }
 
 // Err returns nil while the lease is held. After Done closes it returns
 // ErrReleased, ErrClosed, or a *LostError (matching ErrLost and its cause).
@@ -101,9 +114,7 @@ func (l *Lease) Err() error {
 	if l == nil {
 		return errNilLease
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	return l.fin.err()
 }
 
 // Holds returns the hold count: 1 after Acquire, plus one per Reenter, minus
@@ -139,7 +150,7 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // ends.
 func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	stop := context.AfterFunc(l.fin.ctx, func() { cancel(context.Cause(l.fin.ctx)) })
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)
@@ -148,13 +159,9 @@ func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) 
 
 // end ends the lease with err, once.
 func (l *Lease) end(err error) {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
+	if !l.fin.begin(err) {
 		return
 	}
-	l.err = err
-	l.mu.Unlock()
 	// Count and log before Done closes, so that whoever wakes on Done
 	// finds the metrics and logs already saying why.
 	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
@@ -163,7 +170,7 @@ func (l *Lease) end(err error) {
 		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
-	l.cancel(err)
+	l.fin.finish()
 }
 
 // lose ends the lease because a call found it no longer owns its record.

@@ -15,7 +15,6 @@ const (
 	rankRecords           // records.mu: the records table and its watches
 	rankWaiter            // waiter.mu: one acquisition's view of its queue
 	rankSession           // session.mu: one session's state and key slots
-	rankLease             // Lease.mu: a lease's end
 	rankBusy              // busyLocks.mu: locks found taken lately
 )
 
@@ -30,7 +29,6 @@ type (
 	recordsMutex  struct{ sync.Mutex }
 	waiterMutex   struct{ sync.Mutex }
 	sessionMutex  struct{ sync.Mutex }
-	leaseMutex    struct{ sync.Mutex }
 	busyMutex     struct{ sync.Mutex }
 )
 
@@ -46,7 +44,5 @@ func (m *waiterMutex) Lock()     { acquiring(rankWaiter); m.Mutex.Lock() }
 func (m *waiterMutex) Unlock()   { m.Mutex.Unlock(); released(rankWaiter) }
 func (m *sessionMutex) Lock()    { acquiring(rankSession); m.Mutex.Lock() }
 func (m *sessionMutex) Unlock()  { m.Mutex.Unlock(); released(rankSession) }
-func (m *leaseMutex) Lock()      { acquiring(rankLease); m.Mutex.Lock() }
-func (m *leaseMutex) Unlock()    { m.Mutex.Unlock(); released(rankLease) }
 func (m *busyMutex) Lock()       { acquiring(rankBusy); m.Mutex.Lock() }
 func (m *busyMutex) Unlock()     { m.Mutex.Unlock(); released(rankBusy) }

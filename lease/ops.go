@@ -275,7 +275,7 @@ func (l *Lease) settleReleasing() (sawDelete bool) {
 func (l *Lease) reads() []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(l.key),
-		clientv3.OpGet(dirOf(l.key), append(queueOpts(), clientv3.WithLimit(1))...),
+		clientv3.OpGet(dirOf(l.key), headKey()...),
 	}
 }
 

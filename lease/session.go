@@ -89,18 +89,15 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 			"use lease.WithTTL(%v) or more, or run etcd with a shorter --election-timeout", ErrTTLTooShort, c.cfg.ttl, ttl, ttl)
 	}
 	margin := min(c.cfg.margin, ttl/2)
-	ended, end := context.WithCancel(context.Background())
 	s := &session{
 		id:         resp.ID,
 		keyID:      fmt.Sprintf("%016x-", int64(resp.ID)),
 		ttl:        ttl,
 		margin:     margin,
-		done:       make(chan struct{}),
-		ended:      ended,
-		end:        end,
 		validUntil: sent.Add(ttl - margin),
 		slots:      map[string]struct{}{},
 	}
+	s.fin.init()
 	ss := &c.sessions
 	ss.mu.Lock()
 	if ss.closed {
@@ -191,7 +188,7 @@ func (c *Client) keepAlive(s *session) {
 	for {
 		select {
 		case <-t.C:
-		case <-s.done:
+		case <-s.fin.done():
 			return
 		case <-c.bg.ctx.Done():
 			return
@@ -275,7 +272,7 @@ func (c *Client) onDeadline(s *session) {
 }
 
 // endSession ends s with cause and every lease attached to it, and reports
-// whether this call ended it. Waiters on s notice through s.done.
+// whether this call ended it. Waiters on s notice through s.fin.
 //
 // s ends (finish) under the records table's lock, the lock under which
 // the table promotes a waiter after checking its session and judges watch

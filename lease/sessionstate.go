@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,12 +19,9 @@ type session struct {
 	keyID  string // id as record keys carry it: 16 hex digits and a dash
 	ttl    time.Duration
 	margin time.Duration
-	done   chan struct{}
-	ended  context.Context // cancelled with done, for context.AfterFunc
-	end    context.CancelFunc
+	fin    endOnce // the session's end
 
 	mu         sessionMutex
-	err        error // why it ended; nil while it lasts
 	validUntil time.Time
 	timer      *time.Timer
 	slots      map[string]struct{} // record keys in use (see claimSlot)
@@ -50,21 +46,16 @@ type session struct {
 
 // failure returns why s ended, or nil while it lasts.
 func (s *session) failure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+	return s.fin.err()
 }
 
 // finish ends s with cause, and reports whether this call ended it.
 func (s *session) finish(cause error) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
+	if !s.fin.end(cause) {
 		return false
 	}
-	s.err = cause
-	close(s.done)
-	s.end()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -91,7 +82,7 @@ func (s *session) until() time.Time {
 func (s *session) extend(until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err == nil && until.After(s.validUntil) {
+	if s.fin.err() == nil && until.After(s.validUntil) {
 		s.validUntil = until
 	}
 }
@@ -110,7 +101,7 @@ func (s *session) armDeadline(expire func()) {
 func (s *session) pastDeadline() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
+	if s.fin.err() != nil {
 		return false
 	}
 	if d := time.Until(s.validUntil); d > 0 {
@@ -162,7 +153,7 @@ func (s *session) addUncertain() bool {
 func (s *session) retirable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tainted && s.err == nil
+	return s.tainted && s.fin.err() == nil
 }
 
 // isTainted reports whether new acquisitions must use another session.

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
@@ -35,9 +34,7 @@ type waiter struct {
 	own             *keyWatch     // covers key; set by records.subscribe
 	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
-	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
-	failErr         error
-	failOnce        sync.Once
+	fin             endOnce       // ends when the waiter's own record went
 	// uncertain: a write of the record got no reply, so it may still
 	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
 	uncertain bool
@@ -169,20 +166,12 @@ func (w *waiter) wake() {
 }
 
 func (w *waiter) fail(err error) {
-	w.failOnce.Do(func() {
-		w.failErr = err
-		close(w.failc)
-	})
+	w.fin.end(err)
 }
 
 // failure returns why the waiter failed, or nil.
 func (w *waiter) failure() error {
-	select {
-	case <-w.failc:
-		return w.failErr
-	default:
-		return nil
-	}
+	return w.fin.err()
 }
 
 // reading starts a queue read: deletes are remembered until setBlockers.
@@ -265,26 +254,4 @@ func (w *waiter) oldestBlocker() (key string, crev int64) {
 		}
 	}
 	return key, crev
-}
-
-// admission computes, from the queue up to and including the waiter's own
-// record (in creation order), the records that block a record of kind k,
-// and how few of them admit it. It fails with ErrMismatch when the queue
-// holds records of a kind k cannot share a lock with.
-func admission(k recordKind, ahead []*mvccpb.KeyValue) (map[string]int64, int, error) {
-	blockers := make(map[string]int64, len(ahead))
-	for _, kv := range ahead {
-		other, ok := kindOf(string(kv.Key))
-		switch {
-		case !ok:
-			// Not a fencekit record: it blocks like an exclusive one (and
-			// is reported if it stays; see checkForeign).
-		case (k.limit > 0 || other.limit > 0) && other != k:
-			return nil, 0, mismatch(k, other)
-		case k.shared && other.shared:
-			continue // readers share
-		}
-		blockers[string(kv.Key)] = kv.CreateRevision
-	}
-	return blockers, max(k.limit, 1), nil
 }
