@@ -47,7 +47,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 
 // tryAgain reports whether an acquisition failed for a reason another
 // attempt, on a new session or another key, does not have (see
-// acquireTraced).
+// acquireWithRetries).
 func tryAgain(err error) bool {
 	return errors.Is(err, errNoSession) || errors.Is(err, errSlotTaken) || errors.Is(err, errRetired)
 }
@@ -74,7 +74,7 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	if recording {
 		span.SetAttributes(attrLock.String(logattr.Hash(req.name)), attrKind.String(req.kind.String()))
 	}
-	l, err := c.acquireTraced(ctx, req)
+	l, err := c.acquireWithRetries(ctx, req)
 	if l != nil && recording {
 		span.SetAttributes(attrOwner.String(l.owner.Digest()), attrFence.Int64(l.rev),
 			attrPosition.Int(l.position), attrWaited.Int64(l.acquired.Sub(l.queued).Milliseconds()))
@@ -83,7 +83,7 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	return l, err
 }
 
-func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error) {
+func (c *Client) acquireWithRetries(ctx context.Context, req request) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquireOnce(ctx, req)
 	for range 3 {
@@ -179,9 +179,9 @@ var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", Er
 // because the session lease no longer exists; the record was not written.
 var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
 
-// retryable waits a moment after a failed request while acquiring, and
+// pauseAfter waits a moment after a failed request while acquiring, and
 // returns nil to try again, or the error that ends the acquisition.
-func (c *Client) retryable(ctx context.Context, w *waiter, err error) error {
+func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return context.Cause(ctx)

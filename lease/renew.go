@@ -46,7 +46,7 @@ func (l *Lease) renew(ctx context.Context) error {
 			return ErrReleased
 		}
 		l.lose(st.err)
-		l.logResult(opRenew, outcome(st.err), st.err)
+		l.logResult(opRenew, outcomeLabel(st.err), st.err)
 		return opErr("renew", l.name, st.err)
 	}
 	if err := l.Err(); err != nil {

@@ -54,7 +54,7 @@ func endSpan(span trace.Span, err error) {
 	}
 	o := "done"
 	if err != nil {
-		o = outcome(err)
+		o = outcomeLabel(err)
 		switch {
 		case errors.Is(err, ErrHeld):
 			o = "held"
