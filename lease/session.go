@@ -52,13 +52,6 @@ func (ss *sessionSet) remove(s *session) {
 	delete(ss.live, s)
 }
 
-// isClosed reports whether the Client is closed.
-func (ss *sessionSet) isClosed() bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.closed
-}
-
 // session returns the Client's current session, granting one if there is
 // none or the current one is tainted.
 func (c *Client) session(ctx context.Context) (*session, error) {
