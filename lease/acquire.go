@@ -3,15 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"strings"
 
 	"github.com/fencekit/fencekit/internal/logattr"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
 )
 
 // Acquire blocks until it holds the lock called name, and returns the
@@ -50,15 +47,6 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 // acquireWithRetries).
 func tryAgain(err error) bool {
 	return errors.Is(err, errNoSession) || errors.Is(err, errSlotTaken) || errors.Is(err, errRetired)
-}
-
-// request is one acquisition asked for.
-type request struct {
-	name    string
-	kind    recordKind
-	try     bool   // fail with ErrHeld rather than wait
-	payload string // an election candidate's public value
-	op      string // for errors: "acquire", "lock", ...
 }
 
 func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
@@ -171,74 +159,51 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	return l, nil
 }
 
-// errSlotTaken reports that the key an acquisition was to write holds
-// someone else's record.
-var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", ErrKeyOverwritten)
-
-// errNoSession reports that etcd refused to attach a record to the session
-// because the session lease no longer exists; the record was not written.
-var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
-
-// pauseAfter waits a moment after a failed request while acquiring, and
-// returns nil to try again, or the error that ends the acquisition.
-func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return errNoSession
+// Do acquires the lock called name, runs fn with a context that carries
+// the lease and its fencing token and is cancelled the moment the lease is
+// lost, and releases it. ctx bounds the wait and is fn's parent context;
+// the release runs even when ctx has ended, bounded by the TTL.
+//
+// Do returns Acquire's error if it could not acquire; otherwise fn's error
+// joined with the lease's *LostError if the lease was lost before fn
+// returned (the work may have been cut short), or with the Release error.
+// Every error after which calling Do again may succeed (the lease was lost,
+// the session ended during the wait, the waiter's record was removed,
+// etcd could not be reached) matches ErrRetryable, so a worker loop can be:
+//
+//	for {
+//		err := locks.Do(ctx, name, work)
+//		if !errors.Is(err, lease.ErrRetryable) {
+//			return err
+//		}
+//	}
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error) (err error) {
+	l, err := c.Acquire(ctx, name)
+	if err != nil {
+		return err
 	}
-	if code, ok := errCode(err); ok {
-		switch code {
-		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
-			codes.ResourceExhausted, codes.OutOfRange:
-			return rpcError(err)
+	return c.run(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// run runs fn under l, as Do describes, and releases l.
+func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
+	var lost error
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
+		defer cancel()
+		relErr := l.Release(rctx)
+		switch {
+		case lost != nil:
+			err = errors.Join(err, retryable(lost))
+		case errors.Is(relErr, ErrNotOwner) || errors.Is(relErr, ErrNotFound):
+			err = errors.Join(err, retryable(relErr))
+		default:
+			err = errors.Join(err, relErr)
 		}
-	}
-	t := time.NewTimer(25 * time.Millisecond)
-	defer t.Stop()
-	return waitFor(ctx, c, w, t.C)
-}
-
-// waitFor waits until ch delivers or closes, and returns nil, or the error
-// that ends w's acquisition first: its record gone, its session ended, ctx
-// ended, the Client closed.
-func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
-	select {
-	case <-ch:
-		return nil
-	case <-w.fin.done():
-		return w.failure()
-	case <-w.sess.fin.done():
-		return w.sess.cause()
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.bg.ctx.Done():
-		return ErrClosed
-	}
-}
-
-// promote turns the waiter into a held lease, unless its record or session
-// went meanwhile (see records.replace).
-func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
-	l := &Lease{
-		c:         c,
-		name:      req.name,
-		key:       w.key,
-		kind:      w.kind,
-		owner:     w.tok,
-		acquired:  time.Now(),
-		rev:       rev,
-		sess:      w.sess,
-		uncertain: w.uncertain,
-		written:   encodeValue(w.tok.Value(), 1, req.payload),
-		position:  w.position,
-		queued:    w.queued,
-	}
-	l.confirm(1, req.payload, rev)
-	l.fin.init()
-	if err := c.recs.replace(w, l); err != nil {
-		return nil, err
-	}
-	return l, nil
+	}()
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	err = fn(lctx)
+	lost = l.Err()
+	return err
 }

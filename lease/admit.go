@@ -213,3 +213,37 @@ func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
 		logattr.Lock(dirName(key)), slog.String("key", key), logattr.Fence(crev),
 		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
 }
+
+// promote turns the waiter into a held lease, unless its record or session
+// went meanwhile (see records.replace).
+func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
+	l := &Lease{
+		c:         c,
+		name:      req.name,
+		key:       w.key,
+		kind:      w.kind,
+		owner:     w.tok,
+		acquired:  time.Now(),
+		rev:       rev,
+		sess:      w.sess,
+		uncertain: w.uncertain,
+		written:   encodeValue(w.tok.Value(), 1, req.payload),
+		position:  w.position,
+		queued:    w.queued,
+	}
+	l.confirm(1, req.payload, rev)
+	l.fin.init()
+	if err := c.recs.replace(w, l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// request is one acquisition asked for.
+type request struct {
+	name    string
+	kind    recordKind
+	try     bool   // fail with ErrHeld rather than wait
+	payload string // an election candidate's public value
+	op      string // for errors: "acquire", "lock", ...
+}

@@ -42,10 +42,6 @@ func (t *records) abandon(s *session, key, value string, uncertain bool) {
 	}
 }
 
-// maxUncertain is how many orphans whose write may still apply a session
-// keeps before the Client retires it (see session.tainted).
-const maxUncertain = 32
-
 // addUncertain counts one more uncertain orphan on s, and taints s when
 // there are too many to keep checking. t.mu is held.
 func (t *records) addUncertain(s *session) {

@@ -107,6 +107,9 @@
 //     semaphores it waits for, plus one keep-alive per session every
 //     TTL/3.
 //
+// Its getters (Lease.Holds, Err, ValidUntil, Term.Value and the like)
+// read local state: they cost etcd nothing and never wait for a request.
+//
 // Changes of other Clients' locks never reach it, nor do changes of its
 // own locks' queues other than those above. Past 512 watches a Client
 // watches its whole prefix instead, for the rest of its life, and then

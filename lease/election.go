@@ -3,12 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -330,35 +326,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func validValue(v string) error {
-	switch {
-	case len(v) > MaxValueLen:
-		return fmt.Errorf("lease: election value of %d bytes, longer than %d", len(v), MaxValueLen)
-	case !utf8.ValidString(v):
-		return errors.New("lease: election value not UTF-8")
-	}
-	return nil
-}
-
-// encodePayload is an election record's payload: when its term began
-// (Unix milliseconds, 0 while unknown) and its public value.
-func encodePayload(since time.Time, value string) string {
-	ms := int64(0)
-	if !since.IsZero() {
-		ms = since.UnixMilli()
-	}
-	return strconv.FormatInt(ms, 10) + ":" + value
-}
-
-func decodePayload(p string) (since time.Time, value string) {
-	ms, value, ok := strings.Cut(p, ":")
-	if !ok {
-		return time.Time{}, ""
-	}
-	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
-		since = time.UnixMilli(n)
-	}
-	return since, value
 }

@@ -160,42 +160,6 @@ func (e *enqueuer) found(resp *clientv3.TxnResponse) error {
 	return nil
 }
 
-// maxBusy bounds busyLocks; forgetting a lock costs its next acquisition
-// one transaction.
-const maxBusy = 4096
-
-// busyLocks are the lock directories in which this Client found someone
-// else's record when it last wrote its own. Writing into a free lock
-// skips the read of its queue (see enqueue), but the attempt fails, and
-// costs a transaction, when the lock is taken; a lock seen taken is
-// therefore written the queueing way until an acquisition finds it free
-// again.
-type busyLocks struct {
-	mu   busyMutex
-	dirs map[string]struct{}
-}
-
-func (b *busyLocks) has(dir string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.dirs[dir]
-	return ok
-}
-
-// note records whether dir was found taken.
-func (b *busyLocks) note(dir string, taken bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case !taken:
-		delete(b.dirs, dir)
-	case b.dirs == nil || len(b.dirs) >= maxBusy:
-		b.dirs = map[string]struct{}{dir: {}}
-	default:
-		b.dirs[dir] = struct{}{}
-	}
-}
-
 // catchUp makes sure that the watch of w's key delivers every event after
 // readRev, the revision the queue was read at. A watch started after that
 // (a key this Client had not watched yet, whose watch etcd confirmed after

@@ -173,19 +173,6 @@ func (l *Lease) end(err error) {
 	l.fin.finish()
 }
 
-// lose ends the lease because a call found it no longer owns its record.
-func (l *Lease) lose(cause error) {
-	l.c.recs.forget(l, errors.Is(cause, ErrNotFound))
-	l.end(l.lostError(cause))
-}
-
-// released ends the lease because its record is gone at its holder's
-// request.
-func (l *Lease) released() {
-	l.c.recs.forget(l, true)
-	l.end(ErrReleased)
-}
-
 // lostError is the Err of l lost for cause.
 func (l *Lease) lostError(cause error) *LostError {
 	e := &LostError{Lock: l.name, Cause: cause}
@@ -216,51 +203,13 @@ func FromContext(ctx context.Context, name string) (*Lease, bool) {
 	return l, ok
 }
 
-// Do acquires the lock called name, runs fn with a context that carries
-// the lease and its fencing token and is cancelled the moment the lease is
-// lost, and releases it. ctx bounds the wait and is fn's parent context;
-// the release runs even when ctx has ended, bounded by the TTL.
-//
-// Do returns Acquire's error if it could not acquire; otherwise fn's error
-// joined with the lease's *LostError if the lease was lost before fn
-// returned (the work may have been cut short), or with the Release error.
-// Every error after which calling Do again may succeed (the lease was lost,
-// the session ended during the wait, the waiter's record was removed,
-// etcd could not be reached) matches ErrRetryable, so a worker loop can be:
-//
-//	for {
-//		err := locks.Do(ctx, name, work)
-//		if !errors.Is(err, lease.ErrRetryable) {
-//			return err
-//		}
-//	}
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error) (err error) {
-	l, err := c.Acquire(ctx, name)
-	if err != nil {
-		return err
-	}
-	return c.run(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
-}
+// relState says whether a delete of a held lease's record may be its
+// holder's own Release of the last hold. It is the records table's state,
+// kept on the Lease (Lease.rel, Lease.sawDelete) under the table's lock.
+type relState uint8
 
-// run runs fn under l, as Do describes, and releases l.
-func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
-	var lost error
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
-		defer cancel()
-		relErr := l.Release(rctx)
-		switch {
-		case lost != nil:
-			err = errors.Join(err, retryable(lost))
-		case errors.Is(relErr, ErrNotOwner) || errors.Is(relErr, ErrNotFound):
-			err = errors.Join(err, retryable(relErr))
-		default:
-			err = errors.Join(err, relErr)
-		}
-	}()
-	lctx, cancel := l.Context(ctx)
-	defer cancel()
-	err = fn(lctx)
-	lost = l.Err()
-	return err
-}
+const (
+	relNone     relState = iota
+	relInFlight          // such a Release waits for etcd's reply: the reply decides
+	relPending           // such a Release returned with an unknown outcome: a delete is it
+)

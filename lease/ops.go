@@ -12,39 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// opKind is a call that changes a lease's hold count.
-type opKind uint8
-
-const (
-	opRenew opKind = iota
-	opRelease
-	opReenter
-	opProclaim
-)
-
-func (k opKind) String() string {
-	switch k {
-	case opRelease:
-		return "release"
-	case opReenter:
-		return "reenter"
-	case opProclaim:
-		return "proclaim"
-	}
-	return "renew"
-}
-
-// delta is the change k makes to the hold count.
-func (k opKind) delta() int {
-	switch k {
-	case opRelease:
-		return -1
-	case opReenter:
-		return 1
-	}
-	return 0
-}
-
 // pendingCall is a call whose reply was lost since the record was last
 // confirmed, and what it would have stored. Every such call compared the
 // record's mod revision as last confirmed, so at most one of them applied,
@@ -381,19 +348,6 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 		return stored{err: ErrNotOwner}
 	}
 	return stored{count: n, payload: payload, modRev: kv.ModRevision}
-}
-
-// outcomeLabel is the metrics and log label of a call's error.
-func outcomeLabel(err error) string {
-	switch {
-	case errors.Is(err, ErrPermissionDenied):
-		return "denied"
-	case errors.Is(err, ErrNotOwner):
-		return "not_owner"
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	}
-	return "unknown"
 }
 
 func (l *Lease) logResult(op opKind, result string, err error) {

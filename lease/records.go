@@ -353,3 +353,91 @@ func (t *records) retireUnused(s *session) {
 	}
 	t.keeper.retire(s)
 }
+
+// startRelease marks l's Release of its last hold as in flight and reports
+// whether the table still tracks l's record. When it does not, the record
+// was already seen gone or the lease has ended: a delete of it cannot be
+// this Release's, and an unknown outcome must not be taken for one.
+func (t *records) startRelease(l *Lease) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[l.key] != l {
+		return false
+	}
+	l.rel, l.sawDelete = relInFlight, false
+	return true
+}
+
+// settleRelease sets l's release state after a call: pending while a
+// Release of the last hold has an unknown outcome, none otherwise. It
+// reports (forgetting it) whether the watch saw the record deleted while
+// a Release was in flight.
+func (t *records) settleRelease(l *Lease, pending bool) (sawDelete bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l.rel = relNone
+	if pending {
+		l.rel = relPending
+	}
+	sawDelete, l.sawDelete = l.sawDelete, false
+	return sawDelete
+}
+
+// recordGone handles a held lease whose record is gone, and appends to
+// ends the lease to end once t.mu is released, if any. A delete while its
+// last-hold Release is in flight is left to that Release to judge; a
+// delete after it returned with an unknown outcome is that Release taking
+// effect; any other delete is a loss, whose cause (ErrSessionExpired or
+// ErrKeyDeleted) the Client finds out in the background. t.mu is held,
+// and the table is not closed.
+func (t *records) recordGone(l *Lease, ends []ending) []ending {
+	switch l.rel {
+	case relInFlight:
+		l.sawDelete = true
+		return ends
+	case relPending:
+		t.finish(l, true)
+		return append(ends, ending{l, ErrReleased})
+	}
+	t.finish(l, true)
+	if l.sess.noteDeleted(l) {
+		t.keeper.checkGone(l.sess)
+	}
+	return ends
+}
+
+// maxBusy bounds busyLocks; forgetting a lock costs its next acquisition
+// one transaction.
+const maxBusy = 4096
+
+// busyLocks are the lock directories in which this Client found someone
+// else's record when it last wrote its own. Writing into a free lock
+// skips the read of its queue (see enqueue), but the attempt fails, and
+// costs a transaction, when the lock is taken; a lock seen taken is
+// therefore written the queueing way until an acquisition finds it free
+// again.
+type busyLocks struct {
+	mu   busyMutex
+	dirs map[string]struct{}
+}
+
+func (b *busyLocks) has(dir string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.dirs[dir]
+	return ok
+}
+
+// note records whether dir was found taken.
+func (b *busyLocks) note(dir string, taken bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !taken:
+		delete(b.dirs, dir)
+	case b.dirs == nil || len(b.dirs) >= maxBusy:
+		b.dirs = map[string]struct{}{dir: {}}
+	default:
+		b.dirs[dir] = struct{}{}
+	}
+}

@@ -11,9 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
-// errRetired ends a tainted session that nothing uses any more.
-var errRetired = errors.New("lease: session retired")
-
 // sessionSet is a Client's session lifecycle: the session new
 // acquisitions use, every session not yet ended, and whether the Client
 // is closed.

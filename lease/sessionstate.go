@@ -184,3 +184,10 @@ func (s *session) takeDeleted() []*Lease {
 	s.deleted, s.checking = nil, false
 	return ls
 }
+
+// maxUncertain is how many orphans whose write may still apply a session
+// keeps before the Client retires it (see session.tainted).
+const maxUncertain = 32
+
+// errRetired ends a tainted session that nothing uses any more.
+var errRetired = errors.New("lease: session retired")

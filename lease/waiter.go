@@ -1,10 +1,15 @@
 package lease
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
 )
 
 // waiter is one acquisition between writing its record and being admitted.
@@ -254,4 +259,51 @@ func (w *waiter) oldestBlocker() (key string, crev int64) {
 		}
 	}
 	return key, crev
+}
+
+// errSlotTaken reports that the key an acquisition was to write holds
+// someone else's record.
+var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", ErrKeyOverwritten)
+
+// errNoSession reports that etcd refused to attach a record to the session
+// because the session lease no longer exists; the record was not written.
+var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
+
+// pauseAfter waits a moment after a failed request while acquiring, and
+// returns nil to try again, or the error that ends the acquisition.
+func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return errNoSession
+	}
+	if code, ok := errCode(err); ok {
+		switch code {
+		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
+			codes.ResourceExhausted, codes.OutOfRange:
+			return rpcError(err)
+		}
+	}
+	t := time.NewTimer(25 * time.Millisecond)
+	defer t.Stop()
+	return waitFor(ctx, c, w, t.C)
+}
+
+// waitFor waits until ch delivers or closes, and returns nil, or the error
+// that ends w's acquisition first: its record gone, its session ended, ctx
+// ended, the Client closed.
+func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
+	select {
+	case <-ch:
+		return nil
+	case <-w.fin.done():
+		return w.failure()
+	case <-w.sess.fin.done():
+		return w.sess.cause()
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.bg.ctx.Done():
+		return ErrClosed
+	}
 }
