@@ -44,9 +44,13 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 // records returns the lock records of name under the default prefix.
+// records returns the record keys of lock name in queue order (creation
+// revision; not key order, which follows session ids: on a cluster of
+// several members those come from whichever member granted the session).
 func records(t *testing.T, cli *clientv3.Client, name string) []string {
 	t.Helper()
-	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	require.NoError(t, err)
 	var keys []string
 	for _, kv := range resp.Kvs {
