@@ -136,6 +136,8 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	if err := c.recs.subscribe(w); err != nil {
 		return nil, err
 	}
+	c.met.waiting.Inc()
+	defer c.met.waiting.Dec()
 	queue, readRev, written, err := c.enqueue(ctx, w, val, req.try)
 	var l *Lease
 	if err == nil {

@@ -97,6 +97,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		},
 	}
 	c.recs = newRecords(cli, c.bg, c.log, cfg, c)
+	met.headroom.add(c)
 	return c, nil
 }
 
@@ -137,6 +138,7 @@ func (c *Client) Close() error {
 	if !ok {
 		return nil
 	}
+	c.met.headroom.remove(c)
 	c.recs.close()
 	if c.etcdClosed() {
 		for _, s := range live {

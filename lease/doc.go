@@ -170,6 +170,9 @@
 //     with ErrDeadline before the server can expire the session and hand the
 //     lock to anyone else (given bounded clock-rate drift), and the Client
 //     revokes that session and starts a new one for later acquisitions.
+//     Client.Headroom tells how far that deadline is, and Client.Ready (and
+//     ProbeHandler, for a readiness probe) fails once it is nearer than a
+//     chosen minimum: before Done closes, while renewals go unconfirmed.
 //   - Reentrancy is explicit: Reenter on the handle (or on the handle that
 //     FromContext finds in a ctx) adds one hold in etcd; each Release takes
 //     one; the record goes at zero. Nothing is keyed by goroutine: a second

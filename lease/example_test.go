@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -200,4 +202,38 @@ func ExampleLease_ValidUntil() {
 	// Output:
 	// time for one more step
 	// released, valid until: 0001-01-01 00:00:00 +0000 UTC
+}
+
+// A readiness probe that fails before the Client's leases could end: a
+// Kubernetes readinessProbe on /readyz moves traffic away from a holder
+// whose renewals stopped being confirmed, about minHeadroom before Done
+// closes.
+func ExampleClient_ProbeHandler() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli, lease.WithTTL(6*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.Acquire(ctx, "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	// Below the headroom right before a regular renewal (6 s less the
+	// margin less 2 s), so only unconfirmed renewals make it fail.
+	mux := http.NewServeMux()
+	mux.Handle("/readyz", locks.ProbeHandler(2*time.Second))
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	fmt.Print(rec.Code, " ", rec.Body.String())
+
+	left, _ := locks.Headroom()
+	fmt.Println("more than 2 s of validity left:", left > 2*time.Second)
+	// Output:
+	// 200 ok
+	// more than 2 s of validity left: true
 }

@@ -81,7 +81,7 @@ func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse
 		cancel()
 		switch {
 		case err == nil:
-			observeLatency(&l.c.lat.renew, time.Since(sent))
+			l.c.renewed(time.Since(sent))
 			return ka, sent, nil
 		case ctx.Err() == nil && tctx.Err() != nil:
 			err = fmt.Errorf("%w within %v", errNoReply, d)

@@ -57,6 +57,13 @@ func newResender(ttl time.Duration, latency *atomic.Int64) *resender {
 	}
 }
 
+// renewed notes the round trip d of a confirmed session renewal: in the
+// moving average that sets renewals' deadlines, and in the metrics.
+func (c *Client) renewed(d time.Duration) {
+	observeLatency(&c.lat.renew, d)
+	c.met.renew.Observe(d.Seconds())
+}
+
 // observeLatency folds the reply time d into the moving average at avg
 // (an eighth of each new reply).
 func observeLatency(avg *atomic.Int64, d time.Duration) {

@@ -192,7 +192,7 @@ func (c *Client) keepAlive(s *session) {
 		resp, err := c.etcd.KeepAliveOnce(ctx, s.id)
 		cancel()
 		if err == nil {
-			observeLatency(&c.lat.renew, time.Since(sent))
+			c.renewed(time.Since(sent))
 		}
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
