@@ -90,14 +90,7 @@ func (c *Client) acquireWithRetries(ctx context.Context, req request) (*Lease, e
 		err = context.Cause(ctx) // it would have tried again but for ctx
 	}
 	if err != nil {
-		switch {
-		case errors.Is(err, ErrHeld):
-			c.met.held.Inc()
-		case ctx.Err() != nil:
-			c.met.cancelled.Inc()
-		default:
-			c.met.failed.Inc()
-		}
+		c.countFailure(ctx, err)
 		err = opErr(req.op, req.name, err)
 		if ctx.Err() == nil && !permanent(err) {
 			err = retryable(err)
@@ -144,21 +137,39 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 		l, err = c.awaitAdmission(ctx, w, queue, readRev, req)
 	}
 	if err != nil {
-		c.recs.unsubscribe(w)
-		switch {
-		case errors.Is(err, errNoSession):
-			c.endSession(s, ErrSessionExpired)
-		case errors.Is(err, errSlotTaken):
-			// Keep the key claimed: it is not ours to reuse.
-		case !written && !w.uncertain:
-			s.freeSlot(key) // nothing was written
-		default:
-			c.recs.abandon(s, key, val, w.uncertain)
-		}
+		c.giveUp(s, w, val, written, err)
 		c.log.Debug("lease acquire failed", logattr.Lock(req.name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
 		return nil, err
 	}
 	return l, nil
+}
+
+// countFailure counts an acquisition that failed with err.
+func (c *Client) countFailure(ctx context.Context, err error) {
+	switch {
+	case errors.Is(err, ErrHeld):
+		c.met.held.Inc()
+	case ctx.Err() != nil:
+		c.met.cancelled.Inc()
+	default:
+		c.met.failed.Inc()
+	}
+}
+
+// giveUp stops routing events to w, whose acquisition failed with err,
+// and removes its record (value val) if one was or may yet be written.
+func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err error) {
+	c.recs.unsubscribe(w)
+	switch {
+	case errors.Is(err, errNoSession):
+		c.endSession(s, ErrSessionExpired)
+	case errors.Is(err, errSlotTaken):
+		// Keep the key claimed: it is not ours to reuse.
+	case !written && !w.uncertain:
+		s.freeSlot(w.key) // nothing was written
+	default:
+		c.recs.abandon(s, w.key, val, w.uncertain)
+	}
 }
 
 // Do acquires the lock called name, runs fn with a context that carries

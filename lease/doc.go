@@ -65,6 +65,18 @@
 //     watch's events, so compaction alone never hides a term; a Leader
 //     with Gap set follows history compacted while Observe was cut off);
 //     Proclaim changes the published value and Resign ends the term.
+//   - Client.AcquireAll(names...): several exclusive locks, all or nothing,
+//     as one Set. One transaction writes a record into every lock's queue,
+//     so all of them have the same creation revision (the Set's fencing
+//     revision; each is a normal token of its lock), and the Set is held
+//     once its record heads every queue. Waiting for a set cannot
+//     deadlock: an acquisition only ever waits for records created before
+//     its own, and two overlapping sets, written at different revisions,
+//     are in the same order in every queue they share. If any lock of the
+//     set fails, every record is removed again. TryAcquireAll fails at
+//     once with ErrHeld instead of waiting. Up to MaxSetSize locks: two
+//     operations per lock in one transaction, within etcd's default
+//     --max-txn-ops of 128.
 //
 // A record's key names its kind (and a semaphore's size): participants
 // must agree, and one that finds another kind or size ahead of it fails

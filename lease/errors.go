@@ -36,8 +36,8 @@ var (
 	// which calling again may succeed: the lease was lost, the session
 	// ended during the wait, the waiter's record was removed, or etcd could
 	// not be reached. It never matches a ctx error, ErrClosed,
-	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrMismatch,
-	// ErrServerTooOld or ErrHeld.
+	// ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrTTLTooShort,
+	// ErrMismatch, ErrServerTooOld or ErrHeld.
 	ErrRetryable = errors.New("lease: retryable")
 	// ErrEtcdClosed reports that the etcd client was closed before the
 	// Client: its sessions could be neither renewed nor revoked, so its
@@ -56,6 +56,10 @@ var (
 	// ErrInvalidName reports a lock name that is empty, longer than
 	// MaxNameLen, not UTF-8, or holds "/" or a control character.
 	ErrInvalidName = errors.New("lease: invalid lock name")
+	// ErrInvalidSet reports an AcquireAll or TryAcquireAll call with no
+	// names, a name twice, or more than MaxSetSize names. Nothing was
+	// written.
+	ErrInvalidSet = errors.New("lease: invalid lock set")
 
 	// ErrTTLTooShort reports a TTL (WithTTL) below the etcd server's
 	// minimum lease TTL, which the server would silently raise. Nothing is
@@ -149,7 +153,7 @@ func retryable(err error) error {
 
 // permanent reports whether err is one that calling again cannot cure.
 func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
+	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
 		if errors.Is(err, e) {
 			return true
 		}

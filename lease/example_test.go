@@ -237,3 +237,38 @@ func ExampleClient_ProbeHandler() {
 	// 200 ok
 	// more than 2 s of validity left: true
 }
+
+// A transfer between two accounts takes both locks at once: one etcd
+// transaction writes both records, so both carry the same fencing revision,
+// and two transfers that share an account can never deadlock, whatever the
+// order of their names.
+func ExampleClient_AcquireAll() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	set, err := locks.AcquireAll(ctx, "account-17", "account-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	from, to := set.Fence("account-17"), set.Fence("account-42")
+	fmt.Println("one revision:", from.Revision == to.Revision && to.Revision == set.Revision())
+	fmt.Println("tokens:", from.Lock, to.Lock)
+
+	// Stop the transfer if either lock is lost.
+	work, cancel := set.Context(ctx)
+	defer cancel()
+	_ = work
+
+	if err := set.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// one revision: true
+	// tokens: account-17 account-42
+}

@@ -213,7 +213,7 @@ func readPassword(e *Env) (string, error) {
 // exitCode maps an error from etcd or the lease package to an exit code.
 // Every lease sentinel has its code (exitcode_test.go holds each to it):
 //
-//   - a usage error (64): an invalid lock name, a TTL etcd would raise, a
+//   - a usage error (64): an invalid lock name or set of names, a TTL etcd would raise, a
 //     lock used with another kind or size (ErrMismatch): calling again
 //     the same way cannot help;
 //   - not acquired (75): ErrHeld;
@@ -233,7 +233,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &nh):
 		return ExitRefused
-	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrTTLTooShort), errors.Is(err, lease.ErrMismatch):
+	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrInvalidSet), errors.Is(err, lease.ErrTTLTooShort),
+		errors.Is(err, lease.ErrMismatch):
 		return ExitUsage
 	case errors.Is(err, lease.ErrHeld):
 		return ExitNotAcquired

@@ -24,6 +24,7 @@ var exitCodes = map[string]struct {
 	code int
 }{
 	"ErrInvalidName":      {lease.ErrInvalidName, ExitUsage},
+	"ErrInvalidSet":       {lease.ErrInvalidSet, ExitUsage},
 	"ErrTTLTooShort":      {lease.ErrTTLTooShort, ExitUsage},
 	"ErrMismatch":         {lease.ErrMismatch, ExitUsage},
 	"ErrPermissionDenied": {lease.ErrPermissionDenied, ExitConn},
