@@ -309,3 +309,45 @@ func TestSetReleaseLostReply(t *testing.T) {
 		require.ErrorIs(t, l.Err(), lease.ErrReleased, l.Name())
 	}
 }
+
+// A set partitioned away from etcd loses every one of its locks before
+// anyone else is admitted to any of them.
+func TestAcquireAllPartitionedLosesAllFirst(t *testing.T) {
+	px := newProxied(t, lease.WithTTL(time.Second))
+	ctx := ctxT(t, 20*time.Second)
+	set, err := px.c.AcquireAll(ctx, "q1", "q2", "q3")
+	require.NoError(t, err)
+	ended := make([]time.Time, 3)
+	var wg sync.WaitGroup
+	for i, l := range set.Leases() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-l.Done()
+			ended[i] = time.Now()
+		}()
+	}
+	type result struct {
+		at  time.Time
+		set *lease.Set
+		err error
+	}
+	next := make(chan result, 1)
+	go func() {
+		s, err := newClient(t, px.direct).AcquireAll(ctx, "q3", "q1")
+		next <- result{time.Now(), s, err}
+	}()
+	waitRecords(t, px.direct, "q1", 2)
+	px.p.Blackhole()
+	r := <-next
+	require.NoError(t, r.err)
+	admitted := r.at
+	wg.Wait()
+	require.NoError(t, r.set.Release(ctx))
+	for i, at := range ended {
+		assert.True(t, at.Before(admitted), "lease %d of the set ended %v after the successor was admitted", i, at.Sub(admitted))
+		require.ErrorIs(t, set.Leases()[i].Err(), lease.ErrLost)
+	}
+	<-set.Done()
+	px.p.Resume()
+}
