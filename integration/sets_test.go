@@ -99,7 +99,7 @@ type setBook struct {
 	mu         sync.Mutex
 	holder     map[string]*lease.Lease
 	releasing  map[*lease.Lease]bool // Release called: etcd may hand the lock on before it returns
-	accepted   map[string]int64 // per resource: the last revision a write was accepted with
+	accepted   map[string]int64      // per resource: the last revision a write was accepted with
 	writes     int
 	stale      int
 	violations []string
