@@ -117,7 +117,10 @@ func (c *Client) liveSession() (*session, error) {
 	if ss.closed {
 		return nil, ErrClosed
 	}
-	if ss.cur != nil && ss.cur.isTainted() {
+	// An ended session stays cur until endSession removes it, after the
+	// records table dropped it: an acquisition that picked it then would
+	// only fail with errRetired, again and again while the window lasts.
+	if ss.cur != nil && (ss.cur.isTainted() || ss.cur.failure() != nil) {
 		return nil, nil
 	}
 	return ss.cur, nil
