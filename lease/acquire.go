@@ -28,8 +28,15 @@ import (
 // ended during the wait, ErrKeyDeleted or ErrKeyOverwritten when someone
 // removed or replaced the waiter's record, or etcd's own error when it
 // could not be reached.
-func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
-	return c.acquire(ctx, request{name: name, kind: exclusive})
+//
+// Options (see AcquireOption) apply to this acquisition only; an invalid one
+// fails with an error matching ErrInvalidOption before anything is written.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	req, err := newRequest(name, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
 }
 
 // TryAcquire takes the lock called name if nobody holds or waits for it,
@@ -38,8 +45,13 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 // on a Client's first call and, when the Client did not watch the record
 // key it writes yet and etcd confirmed the new watch after that
 // transaction, one read to catch up. ctx bounds the requests.
-func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
-	return c.acquire(ctx, request{name: name, kind: exclusive, try: true})
+// Options are as for Acquire.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	req, err := newRequest(name, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
 }
 
 // tryAgain reports whether an acquisition failed for a reason another
@@ -190,8 +202,11 @@ func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err err
 //			return err
 //		}
 //	}
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error) (err error) {
-	l, err := c.Acquire(ctx, name)
+//
+// Options are as for Acquire: with WithMaxHold, fn's ctx is cancelled with
+// a cause matching ErrMaxHold when the cap is reached.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error, opts ...AcquireOption) (err error) {
+	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
 		return err
 	}

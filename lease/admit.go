@@ -236,6 +236,9 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
 	}
+	if req.maxHold > 0 {
+		l.capHold(req.maxHold)
+	}
 	return l, nil
 }
 
@@ -243,7 +246,8 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 type request struct {
 	name    string
 	kind    recordKind
-	try     bool   // fail with ErrHeld rather than wait
-	payload string // an election candidate's public value
-	op      string // for errors: "acquire", "lock", ...
+	try     bool          // fail with ErrHeld rather than wait
+	payload string        // an election candidate's public value
+	op      string        // for errors: "acquire", "lock", ...
+	maxHold time.Duration // see WithMaxHold; 0: no cap
 }

@@ -36,8 +36,8 @@ var (
 	// which calling again may succeed: the lease was lost, the session
 	// ended during the wait, the waiter's record was removed, or etcd could
 	// not be reached. It never matches a ctx error, ErrClosed,
-	// ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrTTLTooShort,
-	// ErrMismatch, ErrServerTooOld or ErrHeld.
+	// ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrInvalidOption,
+	// ErrTTLTooShort, ErrMismatch, ErrServerTooOld or ErrHeld.
 	ErrRetryable = errors.New("lease: retryable")
 	// ErrEtcdClosed reports that the etcd client was closed before the
 	// Client: its sessions could be neither renewed nor revoked, so its
@@ -60,6 +60,9 @@ var (
 	// names, a name twice, or more than MaxSetSize names. Nothing was
 	// written.
 	ErrInvalidSet = errors.New("lease: invalid lock set")
+	// ErrInvalidOption reports an AcquireOption with an invalid value
+	// (such as a maximum hold that is not positive). Nothing was written.
+	ErrInvalidOption = errors.New("lease: invalid acquire option")
 
 	// ErrTTLTooShort reports a TTL (WithTTL) below the etcd server's
 	// minimum lease TTL, which the server would silently raise. Nothing is
@@ -77,6 +80,9 @@ var (
 	// ErrKeyDeleted is a loss cause: the lock record was deleted by someone
 	// other than its holder (an operator, a revoke, an expiry).
 	ErrKeyDeleted = errors.New("lease: lock record deleted")
+	// ErrMaxHold is a loss cause: the lease was held for the maximum its
+	// acquisition allowed (WithMaxHold), and the Client took it back.
+	ErrMaxHold = errors.New("lease: held for its maximum time")
 	// ErrKeyOverwritten is a loss cause: the lock record was overwritten by
 	// someone other than its holder.
 	ErrKeyOverwritten = errors.New("lease: lock record overwritten")
@@ -153,7 +159,7 @@ func retryable(err error) error {
 
 // permanent reports whether err is one that calling again cannot cure.
 func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
+	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrInvalidOption, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -54,7 +54,7 @@ func newMetrics() *metrics {
 		}, []string{"op", "outcome"}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_lease_losses_total",
-			Help: "Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found.",
+			Help: "Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found, max_hold.",
 		}, []string{"cause"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencekit_lease_duplicate_releases_total",
@@ -145,6 +145,8 @@ func lossCause(err error) string {
 		return "not_owner"
 	case errors.Is(err, ErrNotFound):
 		return "not_found"
+	case errors.Is(err, ErrMaxHold):
+		return "max_hold"
 	}
 	return "other"
 }

@@ -233,7 +233,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &nh):
 		return ExitRefused
-	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrInvalidSet), errors.Is(err, lease.ErrTTLTooShort),
+	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrInvalidSet), errors.Is(err, lease.ErrInvalidOption),
+		errors.Is(err, lease.ErrTTLTooShort),
 		errors.Is(err, lease.ErrMismatch):
 		return ExitUsage
 	case errors.Is(err, lease.ErrHeld):
@@ -254,7 +255,7 @@ func exitCode(err error) int {
 // releasing it.
 func lostErr(err error) bool {
 	for _, e := range []error{lease.ErrLost, lease.ErrNotOwner, lease.ErrNotFound, lease.ErrKeyDeleted,
-		lease.ErrKeyOverwritten, lease.ErrSessionExpired, lease.ErrDeadline} {
+		lease.ErrKeyOverwritten, lease.ErrSessionExpired, lease.ErrDeadline, lease.ErrMaxHold} {
 		if errors.Is(err, e) {
 			return true
 		}

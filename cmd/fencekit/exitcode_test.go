@@ -25,6 +25,8 @@ var exitCodes = map[string]struct {
 }{
 	"ErrInvalidName":      {lease.ErrInvalidName, ExitUsage},
 	"ErrInvalidSet":       {lease.ErrInvalidSet, ExitUsage},
+	"ErrInvalidOption":    {lease.ErrInvalidOption, ExitUsage},
+	"ErrMaxHold":          {lease.ErrMaxHold, ExitLost},
 	"ErrTTLTooShort":      {lease.ErrTTLTooShort, ExitUsage},
 	"ErrMismatch":         {lease.ErrMismatch, ExitUsage},
 	"ErrPermissionDenied": {lease.ErrPermissionDenied, ExitConn},
