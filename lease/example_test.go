@@ -272,3 +272,38 @@ func ExampleClient_AcquireAll() {
 	// one revision: true
 	// tokens: account-17 account-42
 }
+
+// A nightly job notes what it does in its record, for whoever inspects the
+// lock, and caps how long it may hold it: a job that wedges gives the lock
+// up after an hour even though its process keeps renewing.
+func ExampleWithMaxHold() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	l, err := locks.Acquire(ctx, "reindex",
+		lease.WithMetadata("nightly reindex, run 2026-12-04"),
+		lease.WithMaxHold(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	state, err := locks.Inspect(ctx, "reindex")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held for:", state.Holder.Value)
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	_, err = locks.Acquire(ctx, "reindex", lease.WithMaxHold(0))
+	fmt.Println("invalid:", errors.Is(err, lease.ErrInvalidOption))
+	// Output:
+	// held for: nightly reindex, run 2026-12-04
+	// invalid: true
+}

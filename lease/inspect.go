@@ -78,7 +78,9 @@ type Record struct {
 	// queue for a lock, every record with no write lock ahead for a read
 	// lock, the first N for a semaphore of N.
 	Held bool
-	// Value is an election candidate's public value; "" otherwise.
+	// Value is an election candidate's public value, or the metadata of an
+	// acquisition (WithMetadata); "" otherwise. It is the holder's to
+	// write: treat it as untrusted text.
 	Value string
 }
 

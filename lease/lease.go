@@ -124,6 +124,13 @@ func (l *Lease) Holds() int {
 	return l.shown.Load().count
 }
 
+// Metadata returns the metadata the acquisition stored with its record
+// (WithMetadata), or "".
+func (l *Lease) Metadata() string {
+	_, md := decodePayload(l.shown.Load().payload)
+	return md
+}
+
 // confirmed is what a Lease's holder last confirmed in etcd, as its
 // getters show it.
 type confirmed struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -39,6 +41,41 @@ func WithMaxHold(d time.Duration) AcquireOption {
 		r.maxHold = d
 		return nil
 	})
+}
+
+// MaxMetadataLen is the longest metadata (WithMetadata) in bytes.
+const MaxMetadataLen = 256
+
+// WithMetadata stores md with the acquisition's record: a short note for
+// operators, such as a job id or why the lock is held. Inspect and
+// "fencekit status" show it (Record.Value), and Lease.Metadata returns it.
+// It is public to whoever may read the prefix, so put no secret in it;
+// fencekit never logs it nor puts it in a metric label or span. md must be
+// at most MaxMetadataLen bytes of UTF-8 without control characters.
+func WithMetadata(md string) AcquireOption {
+	return acquireOptionFunc(func(r *request) error {
+		if err := validateMetadata(md); err != nil {
+			return err
+		}
+		r.payload = encodePayload(time.Time{}, md)
+		return nil
+	})
+}
+
+// validateMetadata applies WithMetadata's rule.
+func validateMetadata(md string) error {
+	switch {
+	case len(md) > MaxMetadataLen:
+		return fmt.Errorf("%w: metadata of %d bytes, more than %d", ErrInvalidOption, len(md), MaxMetadataLen)
+	case !utf8.ValidString(md):
+		return fmt.Errorf("%w: metadata is not UTF-8", ErrInvalidOption)
+	}
+	for _, r := range md {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: metadata holds the control character %U", ErrInvalidOption, r)
+		}
+	}
+	return nil
 }
 
 // newRequest is the request of an exclusive acquisition of name with opts.

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +104,40 @@ func TestAcquireOptionErrors(t *testing.T) {
 	resp, err := cli.Get(ctx, lease.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	assert.Zero(t, resp.Count)
+}
+
+// Metadata goes with the record: the holder reads it back, Inspect shows
+// it, Reenter and Release keep it; bad metadata is refused with nothing
+// written.
+func TestMetadata(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t, cli)
+	const md = "job 4711: nightly #reindex of tenant/42 ✓"
+	l, err := c.Acquire(ctx, "noted", lease.WithMetadata(md))
+	require.NoError(t, err)
+	assert.Equal(t, md, l.Metadata())
+	require.NoError(t, l.Reenter(ctx))
+	info, err := c.Inspect(ctx, "noted")
+	require.NoError(t, err)
+	require.NotNil(t, info.Holder)
+	assert.Equal(t, md, info.Holder.Value)
+	assert.Equal(t, 2, info.Holder.Holds)
+	require.NoError(t, l.Release(ctx))
+	assert.Equal(t, md, l.Metadata())
+	require.NoError(t, l.Release(ctx))
+
+	plain, err := c.Acquire(ctx, "plain")
+	require.NoError(t, err)
+	assert.Empty(t, plain.Metadata())
+	require.NoError(t, plain.Release(ctx))
+
+	for _, bad := range []string{strings.Repeat("x", lease.MaxMetadataLen+1), "line\nbreak", "\xff", "bell\a"} {
+		_, err := c.Acquire(ctx, "bad-md", lease.WithMetadata(bad))
+		require.ErrorIs(t, err, lease.ErrInvalidOption, "%q", bad)
+	}
+	assert.Empty(t, records(t, cli, "bad-md"))
+	_, err = c.Acquire(ctx, "max-md", lease.WithMetadata(strings.Repeat("x", lease.MaxMetadataLen)))
+	require.NoError(t, err)
 }
