@@ -231,7 +231,11 @@ func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context)
 	}()
 	lctx, cancel := l.Context(ctx)
 	defer cancel()
-	err = fn(lctx)
+	actx, acancel := context.WithCancelCause(lctx)
+	defer acancel(nil)
+	stop := context.AfterFunc(l.asked.ctx, func() { acancel(ErrReleaseRequested) })
+	defer stop()
+	err = fn(actx)
 	lost = l.Err()
 	return err
 }

@@ -99,7 +99,9 @@
 // With K own record keys in use, W waiting acquisitions and S of them semaphore
 // waiters, a Client costs etcd:
 //
-//   - watchers: min(K + W, 512), or 1 once it would have needed more
+//   - watchers: one per session, of the requests to release its records
+//     (Client.RequestRelease; no event until someone asks), plus
+//     min(K + W, 512), or 1 once it would have needed more
 //     (S semaphore waiters of one lock share one directory watch);
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,

@@ -48,6 +48,8 @@ type Lease struct {
 	rel       relState
 	sawDelete bool
 
+	asked releaseAsk // see ReleaseRequested
+
 	opMu    opMutex       // serialises Renew, Reenter and Release
 	count   int           // hold count last confirmed in etcd; guarded by opMu
 	modRev  int64         // the record's mod revision last confirmed; guarded by opMu

@@ -321,6 +321,13 @@ func (t *records) unlink(w *waiter) {
 	}
 }
 
+// heldLease returns the held lease whose record is key, or nil.
+func (t *records) heldLease(key string) *Lease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.held[key]
+}
+
 // finish stops tracking l: the watch no longer judges its record, and
 // when the record is gone (recordGone) its key may be reused. A tainted
 // session that l kept alive may retire. t.mu is held.

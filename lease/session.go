@@ -100,6 +100,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	ss.live[s] = struct{}{}
 	s.armDeadline(func() { c.onDeadline(s) })
 	c.bg.spawn(func() { c.keepAlive(s) })
+	c.bg.spawn(func() { c.watchAsks(s, resp.ResponseHeader.Revision+1) })
 	ss.mu.Unlock()
 	if old != nil {
 		c.recs.retireIfIdle(old)
