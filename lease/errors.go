@@ -80,6 +80,11 @@ var (
 	// ErrKeyDeleted is a loss cause: the lock record was deleted by someone
 	// other than its holder (an operator, a revoke, an expiry).
 	ErrKeyDeleted = errors.New("lease: lock record deleted")
+	// ErrReleaseRequested is the cause with which Do cancels its
+	// function's context when someone asked the holder to release
+	// (Client.RequestRelease). It is not a loss: the lease is held until
+	// Do releases it.
+	ErrReleaseRequested = errors.New("lease: release requested")
 	// ErrMaxHold is a loss cause: the lease was held for the maximum its
 	// acquisition allowed (WithMaxHold), and the Client took it back.
 	ErrMaxHold = errors.New("lease: held for its maximum time")

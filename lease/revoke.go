@@ -13,10 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ErrReleaseRequested is the cause with which Do cancels its function's
-// context when someone asked the holder to release (Client.RequestRelease).
-var ErrReleaseRequested = errors.New("lease: release requested")
-
 // RequestRelease asks the holder of the lock called name whose fencing
 // revision is rev to release it: the cooperative counterpart of
 // ForceRelease. The holder's Lease.ReleaseRequested closes (within the time
