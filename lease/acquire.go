@@ -3,15 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"strings"
 
 	"github.com/fencekit/fencekit/internal/logattr"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
 )
 
 // Acquire blocks until it holds the lock called name, and returns the
@@ -31,8 +28,15 @@ import (
 // ended during the wait, ErrKeyDeleted or ErrKeyOverwritten when someone
 // removed or replaced the waiter's record, or etcd's own error when it
 // could not be reached.
-func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
-	return c.acquire(ctx, request{name: name, kind: exclusive})
+//
+// Options (see AcquireOption) apply to this acquisition only; an invalid one
+// fails with an error matching ErrInvalidOption before anything is written.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	req, err := newRequest(name, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
 }
 
 // TryAcquire takes the lock called name if nobody holds or waits for it,
@@ -41,24 +45,20 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 // on a Client's first call and, when the Client did not watch the record
 // key it writes yet and etcd confirmed the new watch after that
 // transaction, one read to catch up. ctx bounds the requests.
-func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
-	return c.acquire(ctx, request{name: name, kind: exclusive, try: true})
+// Options are as for Acquire.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
+	req, err := newRequest(name, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
 }
 
 // tryAgain reports whether an acquisition failed for a reason another
 // attempt, on a new session or another key, does not have (see
-// acquireTraced).
+// acquireWithRetries).
 func tryAgain(err error) bool {
 	return errors.Is(err, errNoSession) || errors.Is(err, errSlotTaken) || errors.Is(err, errRetired)
-}
-
-// request is one acquisition asked for.
-type request struct {
-	name    string
-	kind    recordKind
-	try     bool   // fail with ErrHeld rather than wait
-	payload string // an election candidate's public value
-	op      string // for errors: "acquire", "lock", ...
 }
 
 func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
@@ -74,7 +74,7 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	if recording {
 		span.SetAttributes(attrLock.String(logattr.Hash(req.name)), attrKind.String(req.kind.String()))
 	}
-	l, err := c.acquireTraced(ctx, req)
+	l, err := c.acquireWithRetries(ctx, req)
 	if l != nil && recording {
 		span.SetAttributes(attrOwner.String(l.owner.Digest()), attrFence.Int64(l.rev),
 			attrPosition.Int(l.position), attrWaited.Int64(l.acquired.Sub(l.queued).Milliseconds()))
@@ -83,7 +83,7 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 	return l, err
 }
 
-func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error) {
+func (c *Client) acquireWithRetries(ctx context.Context, req request) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquireOnce(ctx, req)
 	for range 3 {
@@ -102,14 +102,7 @@ func (c *Client) acquireTraced(ctx context.Context, req request) (*Lease, error)
 		err = context.Cause(ctx) // it would have tried again but for ctx
 	}
 	if err != nil {
-		switch {
-		case errors.Is(err, ErrHeld):
-			c.met.held.Inc()
-		case ctx.Err() != nil:
-			c.met.cancelled.Inc()
-		default:
-			c.met.failed.Inc()
-		}
+		c.countFailure(ctx, err)
 		err = opErr(req.op, req.name, err)
 		if ctx.Err() == nil && !permanent(err) {
 			err = retryable(err)
@@ -136,163 +129,113 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	// request cut off by a partition must not outlive the session.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.ended, func() { cancel(s.cause()) })
+	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
 	defer stop()
 	tok := c.src.New()
-	dir := c.cfg.prefix + req.name + "/"
+	dir := lockDir(c.cfg.prefix, req.name)
 	key := s.claimSlot(dir, req.kind.suffix())
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
-		wakec: make(chan struct{}, 1), failc: make(chan struct{}), queued: time.Now()}
-	if err := c.addWaiter(w); err != nil {
+		wakec: make(chan struct{}, 1), queued: time.Now()}
+	w.fin.init()
+	if err := c.recs.subscribe(w); err != nil {
 		return nil, err
 	}
+	c.met.waiting.Inc()
+	defer c.met.waiting.Dec()
 	queue, readRev, written, err := c.enqueue(ctx, w, val, req.try)
 	var l *Lease
 	if err == nil {
 		l, err = c.awaitAdmission(ctx, w, queue, readRev, req)
 	}
 	if err != nil {
-		c.removeWaiter(w)
-		switch {
-		case errors.Is(err, errNoSession):
-			c.endSession(s, ErrSessionExpired)
-		case errors.Is(err, errSlotTaken):
-			// Keep the key claimed: it is not ours to reuse.
-		case !written && !w.uncertain:
-			s.freeSlot(key) // nothing was written
-		default:
-			c.abandon(s, key, val, w.uncertain)
-		}
+		c.giveUp(s, w, val, written, err)
 		c.log.Debug("lease acquire failed", logattr.Lock(req.name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
 		return nil, err
 	}
 	return l, nil
 }
 
-func (c *Client) addWaiter(w *waiter) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	if w.sess.failure() != nil {
-		return errRetired // ended since this acquisition picked it: try another
-	}
-	w.reading()
-	w.own = c.watchOwnLocked(w.key)
-	if w.kind.limit > 0 {
-		w.block = c.holdWatchLocked(w.dir, true) // a permit may come from any holder
-	}
-	c.waiters[w.key] = w
-	if c.byDir[w.dir] == nil {
-		c.byDir[w.dir] = map[*waiter]struct{}{}
-	}
-	c.byDir[w.dir][w] = struct{}{}
-	return nil
-}
-
-func (c *Client) removeWaiter(w *waiter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unlinkWaiter(w)
-	c.retireIfIdleLocked(w.sess)
-}
-
-// unlinkWaiter stops routing watch events to w. c.mu is held.
-func (c *Client) unlinkWaiter(w *waiter) {
-	c.dropWatchLocked(w.block)
-	w.block = nil
-	delete(c.waiters, w.key)
-	if ws := c.byDir[w.dir]; ws != nil {
-		delete(ws, w)
-		if len(ws) == 0 {
-			delete(c.byDir, w.dir)
-		}
-	}
-}
-
-// errSlotTaken reports that the key an acquisition was to write holds
-// someone else's record.
-var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", ErrKeyOverwritten)
-
-// errNoSession reports that etcd refused to attach a record to the session
-// because the session lease no longer exists; the record was not written.
-var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
-
-// retryable waits a moment after a failed request while acquiring, and
-// returns nil to try again, or the error that ends the acquisition.
-func (c *Client) retryable(ctx context.Context, w *waiter, err error) error {
+// countFailure counts an acquisition that failed with err.
+func (c *Client) countFailure(ctx context.Context, err error) {
 	switch {
+	case errors.Is(err, ErrHeld):
+		c.met.held.Inc()
 	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return errNoSession
-	}
-	if code, ok := errCode(err); ok {
-		switch code {
-		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
-			codes.ResourceExhausted, codes.OutOfRange:
-			return rpcError(err)
-		}
-	}
-	t := time.NewTimer(25 * time.Millisecond)
-	defer t.Stop()
-	return waitFor(ctx, c, w, t.C)
-}
-
-// waitFor waits until ch delivers or closes, and returns nil, or the error
-// that ends w's acquisition first: its record gone, its session ended, ctx
-// ended, the Client closed.
-func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
-	select {
-	case <-ch:
-		return nil
-	case <-w.failc:
-		return w.failure()
-	case <-w.sess.done:
-		return w.sess.cause()
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.ctx.Done():
-		return ErrClosed
+		c.met.cancelled.Inc()
+	default:
+		c.met.failed.Inc()
 	}
 }
 
-// promote turns the waiter into a held lease, unless its record or session
-// went meanwhile. The check and the registration happen under the Client's
-// lock, the same lock the watch dispatches under, so no loss is missed.
-func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unlinkWaiter(w)
-	if err := w.failure(); err != nil {
-		return nil, err
+// giveUp stops routing events to w, whose acquisition failed with err,
+// and removes its record (value val) if one was or may yet be written.
+func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err error) {
+	c.recs.unsubscribe(w)
+	switch {
+	case errors.Is(err, errNoSession):
+		c.endSession(s, ErrSessionExpired)
+	case errors.Is(err, errSlotTaken):
+		// Keep the key claimed: it is not ours to reuse.
+	case !written && !w.uncertain:
+		s.freeSlot(w.key) // nothing was written
+	default:
+		c.recs.abandon(s, w.key, val, w.uncertain)
 	}
-	if err := w.sess.failure(); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return nil, err
+}
+
+// Do acquires the lock called name, runs fn with a context that carries
+// the lease and its fencing token and is cancelled the moment the lease is
+// lost, and releases it. ctx bounds the wait and is fn's parent context;
+// the release runs even when ctx has ended, bounded by the TTL.
+//
+// Do returns Acquire's error if it could not acquire; otherwise fn's error
+// joined with the lease's *LostError if the lease was lost before fn
+// returned (the work may have been cut short), or with the Release error.
+// Every error after which calling Do again may succeed (the lease was lost,
+// the session ended during the wait, the waiter's record was removed,
+// etcd could not be reached) matches ErrRetryable, so a worker loop can be:
+//
+//	for {
+//		err := locks.Do(ctx, name, work)
+//		if !errors.Is(err, lease.ErrRetryable) {
+//			return err
+//		}
+//	}
+//
+// Options are as for Acquire: with WithMaxHold, fn's ctx is cancelled with
+// a cause matching ErrMaxHold when the cap is reached.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error, opts ...AcquireOption) (err error) {
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// run runs fn under l, as Do describes, and releases l.
+func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
+	var lost error
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
+		defer cancel()
+		relErr := l.Release(rctx)
+		switch {
+		case lost != nil:
+			err = errors.Join(err, retryable(lost))
+		case errors.Is(relErr, ErrNotOwner) || errors.Is(relErr, ErrNotFound):
+			err = errors.Join(err, retryable(relErr))
+		default:
+			err = errors.Join(err, relErr)
 		}
-		return nil, fmt.Errorf("session ended while acquiring: %w", err)
-	}
-	l := &Lease{
-		c:         c,
-		name:      req.name,
-		key:       w.key,
-		kind:      w.kind,
-		owner:     w.tok,
-		acquired:  time.Now(),
-		rev:       rev,
-		modRev:    rev,
-		sess:      w.sess,
-		uncertain: w.uncertain,
-		count:     1,
-		payload:   req.payload,
-		written:   encodeValue(w.tok.Value(), 1, req.payload),
-		position:  w.position,
-		queued:    w.queued,
-	}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	c.held[w.key] = l
-	return l, nil
+	}()
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	actx, acancel := context.WithCancelCause(lctx)
+	defer acancel(nil)
+	stop := context.AfterFunc(l.asked.ctx, func() { acancel(ErrReleaseRequested) })
+	defer stop()
+	err = fn(actx)
+	lost = l.Err()
+	return err
 }

@@ -19,97 +19,114 @@ import (
 // (see waiter.target), so that one release wakes the one waiter behind it
 // and not the whole queue. When that record goes, w is admitted if no
 // other blocker is left as far as it knows; otherwise it reads the queue
-// again and watches the new last blocker.
+// again and watches the new last blocker (see waitBehind).
 func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.KeyValue, readRev int64, req request) (*Lease, error) {
-	pos := -1
-	for i, kv := range queue {
-		if string(kv.Key) == w.key {
-			pos = i
-			break
-		}
-	}
-	switch {
-	case pos < 0 && req.try:
-		return nil, ErrHeld
-	case pos < 0:
-		return nil, ErrKeyDeleted
-	}
-	myRev := queue[pos].CreateRevision
-	w.setMyRev(myRev)
-	if err := w.failure(); err != nil {
-		return nil, err
-	}
-	blockers, need, err := admission(w.kind, queue[:pos])
+	myRev, admitted, err := c.place(w, queue, readRev, req.try)
 	if err != nil {
 		return nil, err
 	}
-	w.position = len(blockers)
-	if w.setBlockers(blockers, need, readRev) {
-		return c.admit(ctx, w, myRev, req)
-	}
-	if req.try {
+	if !admitted && req.try {
 		return nil, ErrHeld
 	}
 	stuck := time.NewTicker(c.cfg.ttl)
 	defer stuck.Stop()
-	for {
-		target, covered, err := c.watchTarget(ctx, w)
-		if err != nil {
+	for !admitted {
+		if err := c.waitBehind(ctx, w, stuck.C); err != nil {
 			return nil, err
 		}
-		for covered && (target == w.dir || w.blocking(target)) {
-			select {
-			case <-w.wakec:
-				if w.admitted() {
-					return c.admit(ctx, w, myRev, req)
-				}
-			case <-w.failc:
-				return nil, w.failure()
-			case <-w.sess.done:
-				return nil, w.sess.cause()
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			case <-c.ctx.Done():
-				return nil, ErrClosed
-			case <-stuck.C:
-				// Longer than a TTL behind the same record: say so if it
-				// is a record that no session keeps, which never goes by
-				// itself.
-				if key, crev := w.oldestBlocker(); key != "" {
-					c.checkForeign(ctx, key, crev)
-				}
-			}
+		admitted = w.admitted()
+	}
+	return c.admit(ctx, w, myRev, req)
+}
+
+// place finds w's record in queue, read at readRev when it was written,
+// and sets what blocks it. It returns the record's creation revision, and
+// whether w is admitted.
+func (c *Client) place(w *waiter, queue []*mvccpb.KeyValue, readRev int64, try bool) (int64, bool, error) {
+	pos := position(queue, w.key, 0)
+	switch {
+	case pos < 0 && try:
+		return 0, false, ErrHeld
+	case pos < 0:
+		return 0, false, ErrKeyDeleted
+	}
+	myRev := queue[pos].CreateRevision
+	w.setMyRev(myRev)
+	if err := w.failure(); err != nil {
+		return 0, false, err
+	}
+	blockers, need, err := admission(w.kind, queue[:pos])
+	if err != nil {
+		return 0, false, err
+	}
+	w.position = len(blockers)
+	return myRev, w.setBlockers(blockers, need, readRev), nil
+}
+
+// position returns the index of the record at key in queue (created at
+// crev, unless 0), or -1.
+func position(queue []*mvccpb.KeyValue, key string, crev int64) int {
+	for i, kv := range queue {
+		if string(kv.Key) == key && (crev == 0 || kv.CreateRevision == crev) {
+			return i
 		}
-		if w.admitted() {
-			return c.admit(ctx, w, myRev, req)
+	}
+	return -1
+}
+
+// waitBehind waits behind w's target (see watchTarget) until that record
+// goes or w is admitted, and reads the queue again unless w is admitted
+// then. A waiter whose watch started after its read reads at once; one
+// stuck behind the same records for a TTL checks for a foreign record.
+func (c *Client) waitBehind(ctx context.Context, w *waiter, stuck <-chan time.Time) error {
+	target, covered, err := c.watchTarget(ctx, w)
+	if err != nil {
+		return err
+	}
+	for covered && (target == w.dir || w.blocking(target)) && !w.admitted() {
+		if err := c.waitEvent(ctx, w, stuck); err != nil {
+			return err
 		}
-		if err := c.reread(ctx, w); err != nil {
-			return nil, err
+	}
+	if w.admitted() {
+		return nil
+	}
+	return c.reread(ctx, w)
+}
+
+// waitEvent waits for w to be woken (see waiter.wake), or the TTL tick
+// stuck, and returns nil, or the error that ends w's acquisition first.
+func (c *Client) waitEvent(ctx context.Context, w *waiter, stuck <-chan time.Time) error {
+	select {
+	case <-w.wakec:
+		return nil
+	case <-stuck:
+		// Longer than a TTL behind the same record: say so if it is a
+		// record that no session keeps, which never goes by itself.
+		if key, crev := w.oldestBlocker(); key != "" {
+			c.checkForeign(ctx, key, crev)
 		}
-		if w.admitted() {
-			return c.admit(ctx, w, myRev, req)
-		}
+		return nil
+	case <-w.fin.done():
+		return w.failure()
+	case <-w.sess.fin.done():
+		return w.sess.cause()
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.bg.ctx.Done():
+		return ErrClosed
 	}
 }
 
 // admit turns the admitted waiter w into a held lease (see promote), once
 // its own record is known to have existed when the last blocker went.
 func (c *Client) admit(ctx context.Context, w *waiter, myRev int64, req request) (*Lease, error) {
-	if at := w.unconfirmed(); at != 0 && !c.orderedWithOwn(w) {
+	if at := w.unconfirmed(); at != 0 && !c.recs.orderedWithOwn(w) {
 		if err := c.confirmOwn(ctx, w, at); err != nil {
 			return nil, err
 		}
 	}
 	return c.promote(w, myRev, req)
-}
-
-// orderedWithOwn reports whether the watch w waits on also covers w's own
-// record, so that it delivered any delete of that record before the
-// blocker's later one.
-func (c *Client) orderedWithOwn(w *waiter) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return w.block != nil && w.block.covers(w.key) && c.watches[w.block.key] == w.block
 }
 
 // confirmOwn reads w's own record as it was at revision at, when a blocker
@@ -128,7 +145,7 @@ func (c *Client) confirmOwn(ctx context.Context, w *waiter, at int64) error {
 			w.confirm(resp.Kvs)
 			return w.failure()
 		}
-		if err := c.retryable(ctx, w, err); err != nil {
+		if err := c.pauseAfter(ctx, w, err); err != nil {
 			return err
 		}
 	}
@@ -144,20 +161,11 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 	if key == "" {
 		return "", false, nil
 	}
-	c.mu.Lock()
-	if w.block == nil || !w.block.covers(key) || c.watches[w.block.key] != w.block {
-		// None yet, another target, or a watch the Client stopped since
-		// (replaced by the prefix watch).
-		old := w.block
-		w.block = c.holdWatchLocked(key, prefix)
-		c.dropWatchLocked(old)
-	}
-	kw := w.block
-	c.mu.Unlock()
+	kw := c.recs.watchBehind(w, key, prefix)
 	if err := waitFor(ctx, c, w, kw.created); err != nil {
 		return "", false, err
 	}
-	if c.ctx.Err() != nil {
+	if c.bg.ctx.Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
 	return key, kw.start <= at, nil
@@ -165,18 +173,12 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 
 // reread reads the records ahead of w again and sets its blockers.
 func (c *Client) reread(ctx context.Context, w *waiter) error {
-	opts := append(queueOpts(), clientv3.WithMaxCreateRev(w.myRev))
+	opts := queueKeys(clientv3.WithMaxCreateRev(w.myRev))
 	for {
 		w.reading()
 		resp, err := c.etcd.Get(ctx, w.dir, opts...)
 		if err == nil {
-			pos := -1
-			for i, kv := range resp.Kvs {
-				if string(kv.Key) == w.key && kv.CreateRevision == w.myRev {
-					pos = i
-					break
-				}
-			}
+			pos := position(resp.Kvs, w.key, w.myRev)
 			if pos < 0 {
 				return ErrKeyDeleted
 			}
@@ -187,7 +189,7 @@ func (c *Client) reread(ctx context.Context, w *waiter) error {
 			w.setBlockers(blockers, need, resp.Header.Revision)
 			return nil
 		}
-		if err := c.retryable(ctx, w, err); err != nil {
+		if err := c.pauseAfter(ctx, w, err); err != nil {
 			return err
 		}
 	}
@@ -210,4 +212,43 @@ func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
 	c.log.Warn("lease queue blocked by a record no session keeps; delete it (etcdctl del, or fencekit release --fence) to unblock the lock",
 		logattr.Lock(dirName(key)), slog.String("key", key), logattr.Fence(crev),
 		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
+}
+
+// promote turns the waiter into a held lease, unless its record or session
+// went meanwhile (see records.replace).
+func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
+	l := &Lease{
+		c:         c,
+		name:      req.name,
+		key:       w.key,
+		kind:      w.kind,
+		owner:     w.tok,
+		acquired:  time.Now(),
+		rev:       rev,
+		sess:      w.sess,
+		uncertain: w.uncertain,
+		written:   encodeValue(w.tok.Value(), 1, req.payload),
+		position:  w.position,
+		queued:    w.queued,
+	}
+	l.confirm(1, req.payload, rev)
+	l.fin.init()
+	l.asked = newReleaseAsk()
+	if err := c.recs.replace(w, l); err != nil {
+		return nil, err
+	}
+	if req.maxHold > 0 {
+		l.capHold(req.maxHold)
+	}
+	return l, nil
+}
+
+// request is one acquisition asked for.
+type request struct {
+	name    string
+	kind    recordKind
+	try     bool          // fail with ErrHeld rather than wait
+	payload string        // an election candidate's public value
+	op      string        // for errors: "acquire", "lock", ...
+	maxHold time.Duration // see WithMaxHold; 0: no cap
 }

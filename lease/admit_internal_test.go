@@ -43,7 +43,8 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		return resp.Header.Revision
 	}
 	newWaiter := func(key, tok string, myRev, readAt int64) *waiter {
-		w := &waiter{key: key, dir: dir, owner: tok, wakec: make(chan struct{}, 1), failc: make(chan struct{})}
+		w := &waiter{key: key, dir: dir, owner: tok, wakec: make(chan struct{}, 1)}
+		w.fin.init()
 		w.setMyRev(myRev)
 		w.setBlockers(map[string]int64{dir + "head": 1}, 1, readAt)
 		return w
@@ -102,7 +103,8 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("admitted by the read that found the record", func(t *testing.T) {
-		w := &waiter{key: dir + "e", dir: dir, owner: "tok-e", wakec: make(chan struct{}, 1), failc: make(chan struct{})}
+		w := &waiter{key: dir + "e", dir: dir, owner: "tok-e", wakec: make(chan struct{}, 1)}
+		w.fin.init()
 		w.setMyRev(10)
 		w.reading()
 		w.onDelete(dir+"head", 12) // seen while reading at 15
@@ -183,16 +185,16 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		c.mu.Lock()
+		c.recs.mu.Lock()
 		var w *waiter
-		for _, x := range c.waiters {
+		for _, x := range c.recs.waiters {
 			w = x
 		}
 		var block, own *keyWatch
 		if w != nil {
-			block, own = w.block, c.watches[w.key]
+			block, own = w.block, c.recs.watches.m[w.key]
 		}
-		c.mu.Unlock()
+		c.recs.mu.Unlock()
 		if block != nil && own != nil {
 			select {
 			case <-block.created:

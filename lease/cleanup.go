@@ -28,99 +28,97 @@ type orphan struct {
 // record's value; until it succeeds the key stays claimed, and a late
 // write that the watch sees is deleted at once. Records of a session that
 // ended go with it.
-func (c *Client) abandon(s *session, key, value string, uncertain bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || s.failure() != nil {
+func (t *records) abandon(s *session, key, value string, uncertain bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || s.failure() != nil {
 		return
 	}
 	o := orphan{value: value, sess: s, uncertain: uncertain}
-	c.orphans[key] = o
-	c.cleanOrphanLocked(key, o)
+	t.orphans[key] = o
+	t.cleanOrphan(key, o)
 	if uncertain {
-		c.addUncertainLocked(s)
+		t.addUncertain(s)
 	}
 }
 
-// maxUncertain is how many orphans whose write may still apply a session
-// keeps before the Client retires it (see session.tainted).
-const maxUncertain = 32
-
-// addUncertainLocked counts one more uncertain orphan on s, and taints s
-// when there are too many to keep checking. c.mu is held.
-func (c *Client) addUncertainLocked(s *session) {
+// addUncertain counts one more uncertain orphan on s, and taints s when
+// there are too many to keep checking. t.mu is held.
+func (t *records) addUncertain(s *session) {
 	if s.addUncertain() {
-		c.retireIfIdleLocked(s)
+		t.retireUnused(s)
 	}
 }
 
-// releaseKeyLocked is called once l's record is gone: its key may be
-// reused, unless the acquisition's own write might still apply late, in
-// which case the key stays an orphan until the session ends. c.mu is held.
-func (c *Client) releaseKeyLocked(l *Lease) {
+// releaseKey is called once l's record is gone: its key may be reused,
+// unless the acquisition's own write might still apply late, in which
+// case the key stays an orphan until the session ends. t.mu is held.
+func (t *records) releaseKey(l *Lease) {
 	if !l.uncertain {
 		l.sess.freeSlot(l.key)
 		return
 	}
 	if l.sess.failure() == nil {
-		c.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
-		c.addUncertainLocked(l.sess)
+		t.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
+		t.addUncertain(l.sess)
 	}
 }
 
 // deleteOrphans retries the deletion of s's orphans; it runs after every
 // renewal of s.
-func (c *Client) deleteOrphans(s *session) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, o := range c.orphans {
+func (t *records) deleteOrphans(s *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, o := range t.orphans {
 		if o.sess == s && !o.busy {
-			c.cleanOrphanLocked(k, o)
+			t.cleanOrphan(k, o)
 		}
 	}
 }
 
-// cleanOrphanLocked starts the owner-checked delete of one orphan. c.mu is
-// held.
-func (c *Client) cleanOrphanLocked(key string, o orphan) {
-	if o.busy || c.closed {
+// cleanOrphan starts the owner-checked delete of one orphan. t.mu is held.
+func (t *records) cleanOrphan(key string, o orphan) {
+	if o.busy || t.closed {
 		return
 	}
 	o.busy = true
-	c.orphans[key] = o
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.deleteOrphan(key, o)
-	}()
+	t.orphans[key] = o
+	t.bg.spawn(func() { t.deleteOrphan(key, o) })
 }
 
-func (c *Client) deleteOrphan(key string, o orphan) {
-	ctx, cancel := context.WithTimeout(c.ctx, o.sess.ttl/3)
-	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", o.value)).
+func (t *records) deleteOrphan(key string, o orphan) {
+	ctx, cancel := context.WithTimeout(t.bg.ctx, o.sess.ttl/3)
+	resp, err := t.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", o.value)).
 		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	cancel()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cur, ok := c.orphans[key]
+	if t.settleOrphan(key, o, resp, err) && t.bg.ctx.Err() == nil {
+		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
+	}
+}
+
+// settleOrphan applies the outcome of an orphan's delete, and reports
+// whether the delete failed while the orphan is still the table's.
+func (t *records) settleOrphan(key string, o orphan, resp *clientv3.TxnResponse, err error) (failed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur, ok := t.orphans[key]
 	if !ok || cur.value != o.value || cur.sess != o.sess {
-		return // its session ended meanwhile
+		return false // its session ended meanwhile
 	}
 	cur.busy = false
-	c.orphans[key] = cur
+	t.orphans[key] = cur
 	switch {
 	case err != nil:
-		if c.ctx.Err() == nil {
-			c.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
-		}
+		return true
 	case cur.uncertain:
 		// Deleted or absent for now; a late write may still come, until
 		// the session is revoked.
-		c.retireIfIdleLocked(cur.sess)
+		t.retireUnused(cur.sess)
 	default:
-		delete(c.orphans, key)
+		delete(t.orphans, key)
 		if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 			cur.sess.freeSlot(key) // gone; otherwise someone else's record holds the key
 		}
 	}
+	return false
 }

@@ -1,11 +1,9 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,36 +22,27 @@ const MaxNameLen = fence.MaxNameLen
 //
 // A Client is safe for concurrent use. Close it when done: Close revokes
 // the session, which ends every lease the Client holds.
+//
+// Inside, a Client is its configuration, its session lifecycle (sessions)
+// and its records table (recs), which owns its watches and every record
+// it holds, waits for or cleans up.
 type Client struct {
-	etcd   *clientv3.Client
-	cfg    config
-	src    *owner.Source
-	log    *slog.Logger
-	met    *metrics
-	tracer trace.Tracer
-	ctx    context.Context // the Client's lifetime; cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	etcd     *clientv3.Client
+	cfg      config
+	src      *owner.Source
+	log      *slog.Logger
+	met      *metrics
+	tracer   trace.Tracer
+	bg       *group     // the Client's lifetime and background goroutines; stopped by Close
+	lat      latencies  // recent reply times (see resender)
+	sessions sessionSet // the sessions, and whether the Client is closed
+	recs     *records   // every record the Client knows, and its watches
+}
 
-	sessMu  sync.Mutex          // serialises session creation
-	checked map[string]struct{} // endpoints whose version was checked; guarded by sessMu
-	busy    busyLocks           // locks found taken lately (see enqueue)
-	latency atomic.Int64        // recent reply time of Release, Reenter and Proclaim, in ns (see resender)
-	// recent reply time of background renewals, in ns (see renewalDeadline)
-	renewLatency atomic.Int64
-
-	// mu guards the fields below. A session's and a Lease's own locks
-	// may be taken while it is held, never the other way round.
-	mu         sync.Mutex
-	closed     bool
-	watches    map[string]*keyWatch  // watched key (or directory, or the prefix) -> its watch
-	prefixMode bool                  // one watch of the whole prefix (see maxWatches)
-	sess       *session              // the session new acquisitions use; nil if none
-	sessions   map[*session]struct{} // every session not yet ended
-	held       map[string]*Lease     // record key -> lease
-	waiters    map[string]*waiter    // own record key -> waiter
-	byDir      map[string]map[*waiter]struct{}
-	orphans    map[string]orphan // record key -> record to delete
+// latencies are a Client's recent reply times, in ns.
+type latencies struct {
+	change atomic.Int64 // of Release, Reenter and Proclaim (see resender)
+	renew  atomic.Int64 // of background renewals (see renewalDeadline)
 }
 
 // New returns a Client that keeps its records in etcd through cli. New does
@@ -94,24 +83,22 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Client{
-		met:      met,
-		tracer:   newTracer(cfg.tracer),
-		etcd:     cli,
-		cfg:      cfg,
-		src:      src,
-		log:      cfg.logger,
-		ctx:      ctx,
-		cancel:   cancel,
-		held:     map[string]*Lease{},
-		waiters:  map[string]*waiter{},
-		byDir:    map[string]map[*waiter]struct{}{},
-		orphans:  map[string]orphan{},
-		sessions: map[*session]struct{}{},
-		watches:  map[string]*keyWatch{},
-		checked:  map[string]struct{}{},
-	}, nil
+	c := &Client{
+		met:    met,
+		tracer: newTracer(cfg.tracer),
+		etcd:   cli,
+		cfg:    cfg,
+		src:    src,
+		log:    cfg.logger,
+		bg:     newGroup(),
+		sessions: sessionSet{
+			live:    map[*session]struct{}{},
+			checked: map[string]struct{}{},
+		},
+	}
+	c.recs = newRecords(cli, c.bg, c.log, cfg, c)
+	met.headroom.add(c)
+	return c, nil
 }
 
 // ValidateName returns nil for a usable lock name, and an error matching
@@ -147,33 +134,26 @@ func (e *nameError) Unwrap() error        { return e.ne }
 // cannot revoke anything and returns ErrEtcdClosed (the records stay until
 // their sessions expire).
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	live, ok := c.sessions.close()
+	if !ok {
 		return nil
 	}
+	c.met.headroom.remove(c)
+	c.recs.close()
 	if c.etcdClosed() {
-		c.closed = true
-		live := c.liveSessionsLocked()
-		c.mu.Unlock()
 		for _, s := range live {
 			c.endSession(s, ErrEtcdClosed)
 		}
-		c.cancel()
-		c.wg.Wait()
+		c.bg.stop()
 		return fmt.Errorf("lease: close: %w", ErrEtcdClosed)
 	}
-	c.closed = true
-	live := c.liveSessionsLocked()
-	c.mu.Unlock()
 	var errs []error
 	for _, s := range live {
 		if c.endSession(s, ErrClosed) {
 			errs = append(errs, c.revoke(s))
 		}
 	}
-	c.cancel()
-	c.wg.Wait()
+	c.bg.stop()
 	return errors.Join(errs...)
 }
 
@@ -181,14 +161,6 @@ func (c *Client) Close() error {
 func (c *Client) etcdClosed() bool {
 	ctx := c.etcd.Ctx()
 	return ctx != nil && ctx.Err() != nil
-}
-
-func (c *Client) liveSessionsLocked() []*session {
-	live := make([]*session, 0, len(c.sessions))
-	for s := range c.sessions {
-		live = append(live, s)
-	}
-	return live
 }
 
 // Healthy returns nil while the Client can keep its leases: it is open, its
@@ -201,12 +173,12 @@ func (c *Client) Healthy() error {
 	if c.etcdClosed() {
 		return ErrEtcdClosed
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.sessions.mu.Lock()
+	defer c.sessions.mu.Unlock()
+	if c.sessions.closed {
 		return ErrClosed
 	}
-	for s := range c.sessions {
+	for s := range c.sessions.live {
 		// validUntil is the last confirmed renewal's send time plus the
 		// TTL less the margin.
 		since := time.Since(s.until().Add(-(s.ttl - s.margin)))

@@ -65,6 +65,18 @@
 //     watch's events, so compaction alone never hides a term; a Leader
 //     with Gap set follows history compacted while Observe was cut off);
 //     Proclaim changes the published value and Resign ends the term.
+//   - Client.AcquireAll(names...): several exclusive locks, all or nothing,
+//     as one Set. One transaction writes a record into every lock's queue,
+//     so all of them have the same creation revision (the Set's fencing
+//     revision; each is a normal token of its lock), and the Set is held
+//     once its record heads every queue. Waiting for a set cannot
+//     deadlock: an acquisition only ever waits for records created before
+//     its own, and two overlapping sets, written at different revisions,
+//     are in the same order in every queue they share. If any lock of the
+//     set fails, every record is removed again. TryAcquireAll fails at
+//     once with ErrHeld instead of waiting. Up to MaxSetSize locks: two
+//     operations per lock in one transaction, within etcd's default
+//     --max-txn-ops of 128.
 //
 // A record's key names its kind (and a semaphore's size): participants
 // must agree, and one that finds another kind or size ahead of it fails
@@ -87,7 +99,9 @@
 // With K own record keys in use, W waiting acquisitions and S of them semaphore
 // waiters, a Client costs etcd:
 //
-//   - watchers: min(K + W, 512), or 1 once it would have needed more
+//   - watchers: one per session, of the requests to release its records
+//     (Client.RequestRelease; no event until someone asks), plus
+//     min(K + W, 512), or 1 once it would have needed more
 //     (S semaphore waiters of one lock share one directory watch);
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,
@@ -106,6 +120,9 @@
 //     ahead of it), plus every change in the directories of the
 //     semaphores it waits for, plus one keep-alive per session every
 //     TTL/3.
+//
+// Its getters (Lease.Holds, Err, ValidUntil, Term.Value and the like)
+// read local state: they cost etcd nothing and never wait for a request.
 //
 // Changes of other Clients' locks never reach it, nor do changes of its
 // own locks' queues other than those above. Past 512 watches a Client
@@ -167,6 +184,9 @@
 //     with ErrDeadline before the server can expire the session and hand the
 //     lock to anyone else (given bounded clock-rate drift), and the Client
 //     revokes that session and starts a new one for later acquisitions.
+//     Client.Headroom tells how far that deadline is, and Client.Ready (and
+//     ProbeHandler, for a readiness probe) fails once it is nearer than a
+//     chosen minimum: before Done closes, while renewals go unconfirmed.
 //   - Reentrancy is explicit: Reenter on the handle (or on the handle that
 //     FromContext finds in a ctx) adds one hold in etcd; each Release takes
 //     one; the record goes at zero. Nothing is keyed by goroutine: a second
@@ -250,5 +270,23 @@
 // # Concurrency
 //
 // Client and Lease are safe for concurrent use. Renew, Reenter and Release
-// of one Lease are serialised.
+// of one Lease are serialised; the getters (Holds, Err, Term.Value and the
+// like) answer from local state and never wait for one of them.
+//
+// Inside, every goroutine takes the package's locks in one order, top to
+// bottom, and only the first two are ever held across an etcd request:
+//
+//  1. a Lease's operation lock (one Renew, Reenter, Release or Proclaim);
+//  2. the Client's session grant (one session created at a time);
+//  3. the Client's session set (the sessions, and whether it is closed);
+//  4. the Client's records table (its watches, held leases, waiters and
+//     orphans: watch events, promotions and session ends are judged
+//     under it);
+//  5. a waiter's view of its queue;
+//  6. a session's state;
+//  7. the set of locks found taken lately.
+//
+// Leases end, and their Done channels close, after these locks are
+// released. The ranks are in lockorder.go; tests built with the
+// fencekit_lockcheck tag check every Lock against them.
 package lease

@@ -3,12 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -120,7 +116,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	e.c.met.leading.Inc()
 	e.c.met.terms.Inc()
-	context.AfterFunc(l.ctx, e.c.met.leading.Dec)
+	context.AfterFunc(l.fin.ctx, e.c.met.leading.Dec)
 	return t, nil
 }
 
@@ -140,7 +136,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 // Leader returns who leads the election now, or ErrNoLeader. It is one
 // etcd read.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	resp, err := e.c.etcd.Get(ctx, e.c.cfg.prefix+e.name+"/", headOpts()...)
+	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), headRecord()...)
 	if err != nil {
 		return Leader{}, opErr("leader", e.name, rpcError(err))
 	}
@@ -171,7 +167,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // keeps that directory's records (the queue of candidates) in memory.
 func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 	return func(yield func(Leader) bool) {
-		o := &observer{e: e, dir: e.c.cfg.prefix + e.name + "/", yield: yield, first: true}
+		o := &observer{e: e, dir: lockDir(e.c.cfg.prefix, e.name), yield: yield, first: true}
 		for ctx.Err() == nil {
 			if !o.watch(ctx) {
 				return
@@ -321,12 +317,6 @@ func (e *Election) leaderOf(kvs []*mvccpb.KeyValue) Leader {
 	return Leader{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}, Since: since, key: string(kv.Key)}
 }
 
-// headOpts read the head of a queue, value included.
-func headOpts() []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(1),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-}
-
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -336,35 +326,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func validValue(v string) error {
-	switch {
-	case len(v) > MaxValueLen:
-		return fmt.Errorf("lease: election value of %d bytes, longer than %d", len(v), MaxValueLen)
-	case !utf8.ValidString(v):
-		return errors.New("lease: election value not UTF-8")
-	}
-	return nil
-}
-
-// encodePayload is an election record's payload: when its term began
-// (Unix milliseconds, 0 while unknown) and its public value.
-func encodePayload(since time.Time, value string) string {
-	ms := int64(0)
-	if !since.IsZero() {
-		ms = since.UnixMilli()
-	}
-	return strconv.FormatInt(ms, 10) + ":" + value
-}
-
-func decodePayload(p string) (since time.Time, value string) {
-	ms, value, ok := strings.Cut(p, ":")
-	if !ok {
-		return time.Time{}, ""
-	}
-	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
-		since = time.UnixMilli(n)
-	}
-	return since, value
 }

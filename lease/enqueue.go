@@ -2,22 +2,10 @@ package lease
 
 import (
 	"context"
-	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// queueOpts reads a lock's queue: record keys (no values) in the order they
-// were written.
-func queueOpts() []clientv3.OpOption {
-	// Capped, so that a caller's append copies rather than writing into
-	// the shared slice.
-	return queueOptions[:len(queueOptions):len(queueOptions)]
-}
-
-var queueOptions = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-	clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
 
 // enqueue writes w's record (value val) and returns the queue up to and
 // including it, and the revision that was read at, made current with the
@@ -36,123 +24,140 @@ var queueOptions = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysO
 // exclusive record reads the head in the same transaction's other branch,
 // so that polling a held lock costs one request.
 func (c *Client) enqueue(ctx context.Context, w *waiter, val string, try bool) (queue []*mvccpb.KeyValue, readRev int64, written bool, err error) {
-	put := clientv3.OpPut(w.key, val, clientv3.WithLease(w.sess.id))
-	alone := try && w.kind == exclusive
-	// reads are built only when needed: an acquisition that writes (the
-	// common case) has no use for them.
-	reads := func() []clientv3.Op {
-		q := clientv3.OpGet(w.dir, queueOpts()...)
-		if alone {
-			// The head is enough to tell who holds it.
-			q = clientv3.OpGet(w.dir, append(queueOpts(), clientv3.WithLimit(1))...)
-		}
-		return []clientv3.Op{q, clientv3.OpGet(w.key)}
-	}
-	empty := clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
-	fast := !try && !c.busy.has(w.dir)
+	e := &enqueuer{c: c, w: w, val: val, mode: c.writeMode(w, try)}
 	for {
-		var txn clientv3.Txn
-		switch {
-		case alone:
-			txn = c.etcd.Txn(ctx).If(empty).Then(put).Else(reads()...)
-		case fast:
-			txn = c.etcd.Txn(ctx).If(empty).Then(put)
-		default:
-			txn = c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-				Then(put, clientv3.OpGet(w.dir, queueOpts()...))
-		}
-		resp, err := txn.Commit()
+		done, err := e.step(ctx)
 		if err != nil {
-			// The request may have gone out; if so etcd may still apply
-			// it, now or later.
-			w.uncertain = true
-			if err := c.retryable(ctx, w, err); err != nil {
-				return nil, 0, written, err
-			}
-			continue
+			return nil, 0, e.written, err
 		}
-		if resp.Succeeded {
-			written, readRev = true, resp.Header.Revision
-			queue = []*mvccpb.KeyValue{{Key: []byte(w.key), CreateRevision: readRev, ModRevision: readRev}}
-			if !alone && !fast {
-				queue = resp.Responses[1].GetResponseRange().Kvs
-				c.busy.note(w.dir, len(queue) > 1)
-			}
+		if done {
 			break
 		}
-		if fast {
-			// Someone's record is there (or this acquisition's own, from
-			// a try whose reply was lost): queue behind it.
-			fast = false
-			c.busy.note(w.dir, true)
-			continue
-		}
-		// Not written: the key or the lock exists. Read them (a try has
+	}
+	if e.mode == writeTry && !e.written {
+		return e.queue, e.readRev, false, nil // held: nothing to wait for
+	}
+	q, at, err := c.catchUp(ctx, w, val, e.readRev)
+	if q != nil {
+		e.queue, e.readRev = q, at
+	}
+	return e.queue, e.readRev, e.written, err
+}
+
+// writeMode is how enqueue writes a record (see enqueue).
+type writeMode uint8
+
+const (
+	writeTry    writeMode = iota // a try of an exclusive record: into a free lock, else read the head instead
+	writeFree                    // into a lock that looks free, reading nothing
+	writeQueued                  // behind whatever is there, reading the queue with the write
+)
+
+// writeMode chooses how w's record is written: a lock this Client found
+// taken lately is written the queueing way at once.
+func (c *Client) writeMode(w *waiter, try bool) writeMode {
+	switch {
+	case try && w.kind == exclusive:
+		return writeTry
+	case !try && !c.recs.busy.has(w.dir):
+		return writeFree
+	}
+	return writeQueued
+}
+
+// enqueuer is one enqueue under way.
+type enqueuer struct {
+	c       *Client
+	w       *waiter
+	val     string
+	mode    writeMode
+	written bool               // the record was written
+	queue   []*mvccpb.KeyValue // the queue up to w's record, once known
+	readRev int64              // the revision queue was read at
+}
+
+// step sends one write of the record (with what its mode reads) and, if
+// it did not write, the read that explains why. It reports whether the
+// queue is known.
+func (e *enqueuer) step(ctx context.Context) (bool, error) {
+	resp, err := e.txn(ctx).Commit()
+	if err != nil {
+		// The request may have gone out; if so etcd may still apply it,
+		// now or later.
+		e.w.uncertain = true
+		return false, e.c.pauseAfter(ctx, e.w, err)
+	}
+	if resp.Succeeded {
+		e.wrote(resp)
+		return true, nil
+	}
+	switch e.mode {
+	case writeFree:
+		// Someone's record is there (or this acquisition's own, from a
+		// try whose reply was lost): queue behind it.
+		e.mode = writeQueued
+		e.c.recs.busy.note(e.w.dir, true)
+		return false, nil
+	case writeQueued:
+		// Not written: the key exists. Read it and the queue (a try has
 		// already): this acquisition's own record, written by an earlier
 		// try whose reply was lost, or someone else's.
-		if !alone {
-			resp, err = c.etcd.Txn(ctx).Then(reads()...).Commit()
-			if err != nil {
-				if err := c.retryable(ctx, w, err); err != nil {
-					return nil, 0, written, err
-				}
-				continue
-			}
+		if resp, err = e.c.etcd.Txn(ctx).Then(e.reads()...).Commit(); err != nil {
+			return false, e.c.pauseAfter(ctx, e.w, err)
 		}
-		readRev = resp.Header.Revision
-		if own := resp.Responses[1].GetResponseRange().Kvs; len(own) > 0 {
-			if string(own[0].Value) != val {
-				return nil, 0, written, errSlotTaken
-			}
-			written = true
+	}
+	return true, e.found(resp)
+}
+
+// txn is the write of e's mode.
+func (e *enqueuer) txn(ctx context.Context) clientv3.Txn {
+	w := e.w
+	put := clientv3.OpPut(w.key, e.val, clientv3.WithLease(w.sess.id))
+	empty := clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
+	switch e.mode {
+	case writeTry:
+		return e.c.etcd.Txn(ctx).If(empty).Then(put).Else(e.reads()...)
+	case writeFree:
+		return e.c.etcd.Txn(ctx).If(empty).Then(put)
+	}
+	return e.c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
+		Then(put, clientv3.OpGet(w.dir, queueKeys()...))
+}
+
+// reads are the queue (its head only for a try: enough to tell who holds
+// it) and w's key.
+func (e *enqueuer) reads() []clientv3.Op {
+	q := clientv3.OpGet(e.w.dir, queueKeys()...)
+	if e.mode == writeTry {
+		q = clientv3.OpGet(e.w.dir, headKey()...)
+	}
+	return []clientv3.Op{q, clientv3.OpGet(e.w.key)}
+}
+
+// wrote takes in a write that applied: the queue is what the write read,
+// or, into a free lock, the record alone.
+func (e *enqueuer) wrote(resp *clientv3.TxnResponse) {
+	e.written, e.readRev = true, resp.Header.Revision
+	e.queue = []*mvccpb.KeyValue{{Key: []byte(e.w.key), CreateRevision: e.readRev, ModRevision: e.readRev}}
+	if e.mode == writeQueued {
+		e.queue = resp.Responses[1].GetResponseRange().Kvs
+		e.c.recs.busy.note(e.w.dir, len(e.queue) > 1)
+	}
+}
+
+// found takes in the reads of a write that did not apply: the key holds
+// this acquisition's record (an earlier try wrote it), someone else's
+// (errSlotTaken), or nothing.
+func (e *enqueuer) found(resp *clientv3.TxnResponse) error {
+	e.readRev = resp.Header.Revision
+	if own := resp.Responses[1].GetResponseRange().Kvs; len(own) > 0 {
+		if string(own[0].Value) != e.val {
+			return errSlotTaken
 		}
-		queue = resp.Responses[0].GetResponseRange().Kvs
-		break
+		e.written = true
 	}
-	if try && w.kind == exclusive && !written {
-		return queue, readRev, written, nil // held: nothing to wait for
-	}
-	q, at, err := c.catchUp(ctx, w, val, readRev)
-	if q != nil {
-		queue, readRev = q, at
-	}
-	return queue, readRev, written, err
-}
-
-// maxBusy bounds busyLocks; forgetting a lock costs its next acquisition
-// one transaction.
-const maxBusy = 4096
-
-// busyLocks are the lock directories in which this Client found someone
-// else's record when it last wrote its own. Writing into a free lock
-// skips the read of its queue (see enqueue), but the attempt fails, and
-// costs a transaction, when the lock is taken; a lock seen taken is
-// therefore written the queueing way until an acquisition finds it free
-// again.
-type busyLocks struct {
-	mu   sync.Mutex
-	dirs map[string]struct{}
-}
-
-func (b *busyLocks) has(dir string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.dirs[dir]
-	return ok
-}
-
-// note records whether dir was found taken.
-func (b *busyLocks) note(dir string, taken bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case !taken:
-		delete(b.dirs, dir)
-	case b.dirs == nil || len(b.dirs) >= maxBusy:
-		b.dirs = map[string]struct{}{dir: {}}
-	default:
-		b.dirs[dir] = struct{}{}
-	}
+	e.queue = resp.Responses[0].GetResponseRange().Kvs
+	return nil
 }
 
 // catchUp makes sure that the watch of w's key delivers every event after
@@ -169,8 +174,7 @@ func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int
 	}
 	for {
 		w.reading()
-		resp, err := c.etcd.Get(ctx, w.dir, clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		resp, err := c.etcd.Get(ctx, w.dir, queueRecords()...)
 		if err == nil {
 			for _, kv := range resp.Kvs {
 				if string(kv.Key) == w.key {
@@ -182,7 +186,7 @@ func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int
 			}
 			return nil, 0, ErrKeyDeleted
 		}
-		if err := c.retryable(ctx, w, err); err != nil {
+		if err := c.pauseAfter(ctx, w, err); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -36,8 +36,8 @@ var (
 	// which calling again may succeed: the lease was lost, the session
 	// ended during the wait, the waiter's record was removed, or etcd could
 	// not be reached. It never matches a ctx error, ErrClosed,
-	// ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrMismatch,
-	// ErrServerTooOld or ErrHeld.
+	// ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrInvalidOption,
+	// ErrTTLTooShort, ErrMismatch, ErrServerTooOld or ErrHeld.
 	ErrRetryable = errors.New("lease: retryable")
 	// ErrEtcdClosed reports that the etcd client was closed before the
 	// Client: its sessions could be neither renewed nor revoked, so its
@@ -56,6 +56,13 @@ var (
 	// ErrInvalidName reports a lock name that is empty, longer than
 	// MaxNameLen, not UTF-8, or holds "/" or a control character.
 	ErrInvalidName = errors.New("lease: invalid lock name")
+	// ErrInvalidSet reports an AcquireAll or TryAcquireAll call with no
+	// names, a name twice, or more than MaxSetSize names. Nothing was
+	// written.
+	ErrInvalidSet = errors.New("lease: invalid lock set")
+	// ErrInvalidOption reports an AcquireOption with an invalid value
+	// (such as a maximum hold that is not positive). Nothing was written.
+	ErrInvalidOption = errors.New("lease: invalid acquire option")
 
 	// ErrTTLTooShort reports a TTL (WithTTL) below the etcd server's
 	// minimum lease TTL, which the server would silently raise. Nothing is
@@ -73,6 +80,14 @@ var (
 	// ErrKeyDeleted is a loss cause: the lock record was deleted by someone
 	// other than its holder (an operator, a revoke, an expiry).
 	ErrKeyDeleted = errors.New("lease: lock record deleted")
+	// ErrReleaseRequested is the cause with which Do cancels its
+	// function's context when someone asked the holder to release
+	// (Client.RequestRelease). It is not a loss: the lease is held until
+	// Do releases it.
+	ErrReleaseRequested = errors.New("lease: release requested")
+	// ErrMaxHold is a loss cause: the lease was held for the maximum its
+	// acquisition allowed (WithMaxHold), and the Client took it back.
+	ErrMaxHold = errors.New("lease: held for its maximum time")
 	// ErrKeyOverwritten is a loss cause: the lock record was overwritten by
 	// someone other than its holder.
 	ErrKeyOverwritten = errors.New("lease: lock record overwritten")
@@ -149,7 +164,7 @@ func retryable(err error) error {
 
 // permanent reports whether err is one that calling again cannot cure.
 func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
+	for _, e := range []error{ErrClosed, ErrPermissionDenied, ErrInvalidName, ErrInvalidSet, ErrInvalidOption, ErrTTLTooShort, ErrHeld, ErrMismatch, ErrServerTooOld} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -169,4 +171,139 @@ func Example_orders() {
 	// writing orders with a token of lock orders
 	// writing orders with a token of lock orders
 	// done: <nil>
+}
+
+// ValidUntil tells work that must finish under the lock whether it still
+// has the time: the lock cannot pass to anyone else before it (short of
+// an operator deleting the record), and Done closes at it if no renewal
+// moves it.
+func ExampleLease_ValidUntil() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx := context.Background()
+	locks, err := lease.New(cli, lease.WithTTL(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	l, err := locks.Acquire(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	const step = time.Second // the longest a step of the work takes
+	if time.Until(l.ValidUntil()) > step {
+		fmt.Println("time for one more step")
+	}
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released, valid until:", l.ValidUntil())
+	// Output:
+	// time for one more step
+	// released, valid until: 0001-01-01 00:00:00 +0000 UTC
+}
+
+// A readiness probe that fails before the Client's leases could end: a
+// Kubernetes readinessProbe on /readyz moves traffic away from a holder
+// whose renewals stopped being confirmed, about minHeadroom before Done
+// closes.
+func ExampleClient_ProbeHandler() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli, lease.WithTTL(6*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	l, err := locks.Acquire(ctx, "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+
+	// Below the headroom right before a regular renewal (6 s less the
+	// margin less 2 s), so only unconfirmed renewals make it fail.
+	mux := http.NewServeMux()
+	mux.Handle("/readyz", locks.ProbeHandler(2*time.Second))
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	fmt.Print(rec.Code, " ", rec.Body.String())
+
+	left, _ := locks.Headroom()
+	fmt.Println("more than 2 s of validity left:", left > 2*time.Second)
+	// Output:
+	// 200 ok
+	// more than 2 s of validity left: true
+}
+
+// A transfer between two accounts takes both locks at once: one etcd
+// transaction writes both records, so both carry the same fencing revision,
+// and two transfers that share an account can never deadlock, whatever the
+// order of their names.
+func ExampleClient_AcquireAll() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	set, err := locks.AcquireAll(ctx, "account-17", "account-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	from, to := set.Fence("account-17"), set.Fence("account-42")
+	fmt.Println("one revision:", from.Revision == to.Revision && to.Revision == set.Revision())
+	fmt.Println("tokens:", from.Lock, to.Lock)
+
+	// Stop the transfer if either lock is lost.
+	work, cancel := set.Context(ctx)
+	defer cancel()
+	_ = work
+
+	if err := set.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// one revision: true
+	// tokens: account-17 account-42
+}
+
+// A nightly job notes what it does in its record, for whoever inspects the
+// lock, and caps how long it may hold it: a job that wedges gives the lock
+// up after an hour even though its process keeps renewing.
+func ExampleWithMaxHold() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	l, err := locks.Acquire(ctx, "reindex",
+		lease.WithMetadata("nightly reindex, run 2026-12-04"),
+		lease.WithMaxHold(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	state, err := locks.Inspect(ctx, "reindex")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held for:", state.Holder.Value)
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	_, err = locks.Acquire(ctx, "reindex", lease.WithMaxHold(0))
+	fmt.Println("invalid:", errors.Is(err, lease.ErrInvalidOption))
+	// Output:
+	// held for: nightly reindex, run 2026-12-04
+	// invalid: true
 }

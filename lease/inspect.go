@@ -78,7 +78,9 @@ type Record struct {
 	// queue for a lock, every record with no write lock ahead for a read
 	// lock, the first N for a semaphore of N.
 	Held bool
-	// Value is an election candidate's public value; "" otherwise.
+	// Value is an election candidate's public value, or the metadata of an
+	// acquisition (WithMetadata); "" otherwise. It is the holder's to
+	// write: treat it as untrusted text.
 	Value string
 }
 
@@ -120,9 +122,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*LockState, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	dir := c.cfg.prefix + name + "/"
-	resp, err := c.etcd.Get(ctx, dir, clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := c.etcd.Get(ctx, lockDir(c.cfg.prefix, name), queueRecords()...)
 	if err != nil {
 		return nil, fmt.Errorf("lease: inspect %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
@@ -277,10 +277,8 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 	if rev <= 0 {
 		return nil, fmt.Errorf("lease: force release %q: fence revision %d is not positive", name, rev)
 	}
-	dir := c.cfg.prefix + name + "/"
-	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(1),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	head, err := c.etcd.Get(ctx, dir, first...)
+	dir := lockDir(c.cfg.prefix, name)
+	head, err := c.etcd.Get(ctx, dir, headRecord()...)
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
@@ -298,7 +296,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 	resp, err := c.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
-		Else(clientv3.OpGet(dir, first...)).
+		Else(clientv3.OpGet(dir, headRecord()...)).
 		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %q: outcome unknown: %w", name, errors.Join(rpcError(err), ctx.Err()))

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -42,18 +42,24 @@ type Lease struct {
 	// deleted (see orphan.uncertain).
 	uncertain bool
 
-	rel release // whether a delete of the record may be this holder's own Release
+	// Whether a delete of the record may be this holder's own Release,
+	// and whether the watch saw one while it was in flight (see relState);
+	// guarded by the records table's lock.
+	rel       relState
+	sawDelete bool
 
-	opMu    sync.Mutex    // serialises Renew, Reenter and Release
+	asked releaseAsk // see ReleaseRequested
+
+	opMu    opMutex       // serialises Renew, Reenter and Release
 	count   int           // hold count last confirmed in etcd; guarded by opMu
 	modRev  int64         // the record's mod revision last confirmed; guarded by opMu
 	pending []pendingCall // calls whose outcome is unknown; guarded by opMu
 	payload string        // the public value stored with the record (elections); guarded by opMu
+	// shown is count and payload as the getters (Holds, Term.Value) read
+	// them, without opMu, which is held across etcd round trips.
+	shown atomic.Pointer[confirmed]
 
-	ctx    context.Context // cancelled, with the end's cause, when the lease ends
-	cancel context.CancelCauseFunc
-	mu     sync.Mutex
-	err    error
+	fin endOnce // the lease's end: Err and Done
 }
 
 // Name returns the lock's name.
@@ -69,6 +75,22 @@ func (l *Lease) OwnerDigest() string { return l.owner.Digest() }
 
 // Acquired returns when the lock was acquired.
 func (l *Lease) Acquired() time.Time { return l.acquired }
+
+// ValidUntil returns the lease's local validity deadline: when the last
+// confirmed renewal of its session was sent, plus the TTL less the safety
+// margin (WithSafetyMargin), on this process's clock. Until then no other
+// acquisition can hold the lock, unless someone deletes the record or
+// revokes the session (Done reports that within milliseconds). Each
+// confirmed renewal, in the background every third of the TTL or by Renew,
+// moves it forward; if none does, Done closes at the deadline with
+// ErrDeadline. Work that must finish under the lock can check that it will
+// end before ValidUntil. After the lease has ended it returns the zero Time.
+func (l *Lease) ValidUntil() time.Time {
+	if l.Err() != nil {
+		return time.Time{}
+	}
+	return l.sess.until()
+}
 
 // GoString is String, so that %#v does not print the owner token.
 func (l *Lease) GoString() string { return l.String() }
@@ -86,7 +108,7 @@ func (l *Lease) String() string {
 // closes; Err says why. When renewals stop being confirmed, Done closes a
 // safety margin before the server could expire the session, so before any
 // other client can acquire the lock.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.fin.done() }
 
 // Err returns nil while the lease is held. After Done closes it returns
 // ErrReleased, ErrClosed, or a *LostError (matching ErrLost and its cause).
@@ -94,18 +116,35 @@ func (l *Lease) Err() error {
 	if l == nil {
 		return errNilLease
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	return l.fin.err()
 }
 
 // Holds returns the hold count: 1 after Acquire, plus one per Reenter, minus
 // one per Release. After a Reenter or Release whose outcome is unknown it
 // is the count before that call, until a later call finds out.
 func (l *Lease) Holds() int {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	return l.count
+	return l.shown.Load().count
+}
+
+// Metadata returns the metadata the acquisition stored with its record
+// (WithMetadata), or "".
+func (l *Lease) Metadata() string {
+	_, md := decodePayload(l.shown.Load().payload)
+	return md
+}
+
+// confirmed is what a Lease's holder last confirmed in etcd, as its
+// getters show it.
+type confirmed struct {
+	count   int
+	payload string
+}
+
+// confirm records the hold count, payload and mod revision etcd confirmed.
+// l.opMu is held (or l is not shared yet).
+func (l *Lease) confirm(count int, payload string, modRev int64) {
+	l.count, l.payload, l.modRev = count, payload, modRev
+	l.shown.Store(&confirmed{count: count, payload: payload})
 }
 
 // Context returns a copy of parent that carries l (see FromContext) and its
@@ -120,7 +159,7 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // ends.
 func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	stop := context.AfterFunc(l.fin.ctx, func() { cancel(context.Cause(l.fin.ctx)) })
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)
@@ -129,13 +168,9 @@ func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) 
 
 // end ends the lease with err, once.
 func (l *Lease) end(err error) {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
+	if !l.fin.begin(err) {
 		return
 	}
-	l.err = err
-	l.mu.Unlock()
 	// Count and log before Done closes, so that whoever wakes on Done
 	// finds the metrics and logs already saying why.
 	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
@@ -144,24 +179,7 @@ func (l *Lease) end(err error) {
 		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
-	l.cancel(err)
-}
-
-// lose ends the lease because a call found it no longer owns its record.
-func (l *Lease) lose(cause error) {
-	l.c.mu.Lock()
-	l.c.finishLocked(l, errors.Is(cause, ErrNotFound))
-	l.c.mu.Unlock()
-	l.end(l.lostError(cause))
-}
-
-// released ends the lease because its record is gone at its holder's
-// request.
-func (l *Lease) released() {
-	l.c.mu.Lock()
-	l.c.finishLocked(l, true)
-	l.c.mu.Unlock()
-	l.end(ErrReleased)
+	l.fin.finish()
 }
 
 // lostError is the Err of l lost for cause.
@@ -179,20 +197,6 @@ func (l *Lease) attrs() []slog.Attr {
 	return []slog.Attr{logattr.Lock(l.name), slog.String("owner", l.owner.Digest()), logattr.Fence(l.rev)}
 }
 
-// finishLocked stops tracking l: the watch no longer judges its record,
-// and when the record is gone (recordGone) its key may be reused. A
-// tainted session that l kept alive may retire. c.mu is held.
-func (c *Client) finishLocked(l *Lease, recordGone bool) {
-	if c.held[l.key] == l {
-		delete(c.held, l.key)
-	}
-	l.rel.clear()
-	if recordGone {
-		c.releaseKeyLocked(l)
-	}
-	c.retireIfIdleLocked(l.sess)
-}
-
 type ctxKey struct{ name string }
 
 // NewContext returns a copy of ctx carrying l, so that code called with ctx
@@ -208,51 +212,13 @@ func FromContext(ctx context.Context, name string) (*Lease, bool) {
 	return l, ok
 }
 
-// Do acquires the lock called name, runs fn with a context that carries
-// the lease and its fencing token and is cancelled the moment the lease is
-// lost, and releases it. ctx bounds the wait and is fn's parent context;
-// the release runs even when ctx has ended, bounded by the TTL.
-//
-// Do returns Acquire's error if it could not acquire; otherwise fn's error
-// joined with the lease's *LostError if the lease was lost before fn
-// returned (the work may have been cut short), or with the Release error.
-// Every error after which calling Do again may succeed (the lease was lost,
-// the session ended during the wait, the waiter's record was removed,
-// etcd could not be reached) matches ErrRetryable, so a worker loop can be:
-//
-//	for {
-//		err := locks.Do(ctx, name, work)
-//		if !errors.Is(err, lease.ErrRetryable) {
-//			return err
-//		}
-//	}
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error) (err error) {
-	l, err := c.Acquire(ctx, name)
-	if err != nil {
-		return err
-	}
-	return c.run(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
-}
+// relState says whether a delete of a held lease's record may be its
+// holder's own Release of the last hold. It is the records table's state,
+// kept on the Lease (Lease.rel, Lease.sawDelete) under the table's lock.
+type relState uint8
 
-// run runs fn under l, as Do describes, and releases l.
-func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
-	var lost error
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
-		defer cancel()
-		relErr := l.Release(rctx)
-		switch {
-		case lost != nil:
-			err = errors.Join(err, retryable(lost))
-		case errors.Is(relErr, ErrNotOwner) || errors.Is(relErr, ErrNotFound):
-			err = errors.Join(err, retryable(relErr))
-		default:
-			err = errors.Join(err, relErr)
-		}
-	}()
-	lctx, cancel := l.Context(ctx)
-	defer cancel()
-	err = fn(lctx)
-	lost = l.Err()
-	return err
-}
+const (
+	relNone     relState = iota
+	relInFlight          // such a Release waits for etcd's reply: the reply decides
+	relPending           // such a Release returned with an unknown outcome: a delete is it
+)

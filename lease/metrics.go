@@ -21,6 +21,9 @@ type metrics struct {
 	foreign      prometheus.Counter
 	leading      prometheus.Gauge
 	terms        prometheus.Counter
+	renew        prometheus.Histogram // round trip of confirmed session renewals
+	waiting      prometheus.Gauge     // acquisitions waiting in a queue
+	headroom     *headroomCollector
 
 	// Children of the vectors above that every acquisition and call
 	// touches, looked up once (see resolve).
@@ -51,7 +54,7 @@ func newMetrics() *metrics {
 		}, []string{"op", "outcome"}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_lease_losses_total",
-			Help: "Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found.",
+			Help: "Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found, max_hold.",
 		}, []string{"cause"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencekit_lease_duplicate_releases_total",
@@ -69,6 +72,16 @@ func newMetrics() *metrics {
 			Name: "fencekit_election_terms_total",
 			Help: "Election terms won (leadership transitions to these Clients).",
 		}),
+		renew: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencekit_lease_renew_seconds",
+			Help:    "Round trip of confirmed session renewals (keep-alives), background and Lease.Renew: a rising tail warns before renewals start to fail.",
+			Buckets: buckets,
+		}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencekit_lease_waiting",
+			Help: "Acquisitions of this process's Clients waiting in a lock's queue now.",
+		}),
+		headroom: newHeadroomCollector(),
 	}
 	m.resolve()
 	return m
@@ -78,7 +91,7 @@ func newMetrics() *metrics {
 // Client already registered there is shared, so several Clients can report
 // to one registry.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	var errs [9]error
+	var errs [12]error
 	m.acquisitions, errs[0] = promreg.Register(reg, m.acquisitions)
 	m.wait, errs[1] = promreg.Register(reg, m.wait)
 	m.hold, errs[2] = promreg.Register(reg, m.hold)
@@ -88,6 +101,9 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.foreign, errs[6] = promreg.Register(reg, m.foreign)
 	m.leading, errs[7] = promreg.Register(reg, m.leading)
 	m.terms, errs[8] = promreg.Register(reg, m.terms)
+	m.renew, errs[9] = promreg.Register(reg, m.renew)
+	m.waiting, errs[10] = promreg.Register(reg, m.waiting)
+	m.headroom, errs[11] = promreg.Register(reg, m.headroom)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("lease: register metrics: %w", err)
 	}
@@ -129,6 +145,8 @@ func lossCause(err error) string {
 		return "not_owner"
 	case errors.Is(err, ErrNotFound):
 		return "not_found"
+	case errors.Is(err, ErrMaxHold):
+		return "max_hold"
 	}
 	return "other"
 }

@@ -12,39 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// opKind is a call that changes a lease's hold count.
-type opKind uint8
-
-const (
-	opRenew opKind = iota
-	opRelease
-	opReenter
-	opProclaim
-)
-
-func (k opKind) String() string {
-	switch k {
-	case opRelease:
-		return "release"
-	case opReenter:
-		return "reenter"
-	case opProclaim:
-		return "proclaim"
-	}
-	return "renew"
-}
-
-// delta is the change k makes to the hold count.
-func (k opKind) delta() int {
-	switch k {
-	case opRelease:
-		return -1
-	case opReenter:
-		return 1
-	}
-	return 0
-}
-
 // pendingCall is a call whose reply was lost since the record was last
 // confirmed, and what it would have stored. Every such call compared the
 // record's mod revision as last confirmed, so at most one of them applied,
@@ -117,33 +84,91 @@ func (l *Lease) Reenter(ctx context.Context) error {
 // whose reply is lost (no reply within its deadline, or a failure in
 // transit) is sent again at once, as the caller's own retry would be (see
 // resender): the lost-reply rules make that safe. The last unknown outcome
-// is returned when ctx ends or the resends' time is up.
+// is returned when ctx ends or the resends' time is up. Each try is up to
+// maxAttempts attempts (see attempt), and conclude turns the last one's
+// outcome into the call's result.
 func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 	if l == nil {
 		return errNilLease
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	r := newResender(l.sess.ttl, &l.c.latency)
+	r := newResender(l.sess.ttl, &l.c.lat.change)
 	for try := 0; ; try++ {
-		err := l.changeOnce(ctx, r.deadline(), op, payload, try == 0)
-		if !errors.Is(err, ErrOutcomeUnknown) {
+		if done, err := l.afterEnd(op, try == 0); done {
 			return err
 		}
-		if !r.again(ctx, l.c) {
-			l.logResult(op, "unknown", err)
-			return err
+		d := r.deadline()
+		res := l.attempt(ctx, d, op, payload)
+		for n := 1; res.out == outChanged && n < maxAttempts; n++ {
+			res = l.attempt(ctx, d, op, payload)
+		}
+		if res.out != outUnknown || !r.again(ctx, l.c) {
+			return l.conclude(op, res)
 		}
 		if l.c.log.Enabled(context.Background(), slog.LevelInfo) {
 			l.c.log.LogAttrs(context.Background(), slog.LevelInfo, "lease "+op.String()+" resent",
-				append(l.attrs(), slog.String("error", err.Error()))...)
+				append(l.attrs(), slog.String("error", res.err.Error()))...)
 		}
 	}
 }
 
-// changeOnce is one try of change: its first transaction gets d to reply.
-// Only the first try of a call counts a duplicate Release.
-func (l *Lease) changeOnce(ctx context.Context, d time.Duration, op opKind, payload string, first bool) error {
+// outcome is what one attempt of a change found.
+type outcome uint8
+
+const (
+	outApplied        outcome = iota // this attempt's write applied
+	outAppliedEarlier                // an earlier try of this call applied: this is its retry
+	outGone                          // the record is gone at its holder's request (a Release of the last hold)
+	outNotOwner                      // the record is not this acquisition's: the lease is lost (result.err says how)
+	outUnknown                       // no reply: the write may or may not apply (result.err, ready to return)
+	outDenied                        // etcd refused it: not applied (result.err)
+	outChanged                       // the record changed under the call, and is read again: attempt again
+)
+
+// result is an attempt's outcome, and its error where the outcome has one.
+type result struct {
+	out outcome
+	err error
+}
+
+// conclude ends a call of op whose last attempt found res, and returns the
+// call's result.
+func (l *Lease) conclude(op opKind, res result) error {
+	switch res.out {
+	case outApplied, outAppliedEarlier:
+	case outGone:
+		l.pending = nil
+		l.released()
+		if op != opRelease {
+			return ErrReleased
+		}
+	case outUnknown:
+		l.logResult(op, "unknown", res.err)
+		return res.err
+	case outDenied:
+		l.logResult(op, "denied", res.err)
+		return opErr(op.String(), l.name, res.err)
+	case outNotOwner:
+		l.lose(res.err)
+		l.logResult(op, outcomeLabel(res.err), res.err)
+		return opErr(op.String(), l.name, res.err)
+	default: // outChanged, every attempt
+		// Only someone writing this acquisition's own owner token could
+		// keep changing the record under it.
+		l.lose(ErrKeyOverwritten)
+		l.logResult(op, "not_owner", ErrKeyOverwritten)
+		return opErr(op.String(), l.name, fmt.Errorf("%w: %w", ErrNotOwner, ErrKeyOverwritten))
+	}
+	l.logResult(op, "done", nil)
+	return nil
+}
+
+// afterEnd handles a call on a lease that has ended, before a try: done
+// reports that there is nothing to send, and err is then the call's
+// result. A Release of an ended lease still tries to clean up; only the
+// first try of a call counts a duplicate Release.
+func (l *Lease) afterEnd(op opKind, first bool) (done bool, err error) {
 	switch err := l.Err(); {
 	case err == nil:
 	case err == ErrReleased && op == opRelease && l.lastRelease():
@@ -151,104 +176,96 @@ func (l *Lease) changeOnce(ctx context.Context, d time.Duration, op opKind, payl
 		// call is its retry.
 		l.pending = nil
 		l.logResult(op, "done", nil)
-		return nil
+		return true, nil
 	case op != opRelease:
-		return err
+		return true, err
 	case err == ErrReleased && first:
 		l.c.met.duplicates.Inc()
 	}
-	for range maxAttempts {
-		next := pendingCall{op: op, count: l.count + op.delta(), payload: l.payload}
-		if op == opProclaim {
-			next.payload = payload
-		}
-		last := next.count == 0
-		// Whether a delete of the record seen after this call may be its
-		// doing: not when the Client had already given the record up (seen
-		// gone, or the lease ended) before it was sent.
-		mayDelete := false
-		var write clientv3.Op
-		if last {
-			write = clientv3.OpDelete(l.key)
-			mayDelete = l.c.startRelease(l)
-		} else {
-			write = clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
-		}
-		resp, err := l.txnWithin(ctx, d, write)
-		if err != nil {
-			if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
-				l.settleReleasing() // refused: not applied
-				l.logResult(op, "denied", err)
-				return opErr(op.String(), l.name, err)
-			}
-			if !last || mayDelete {
-				l.pending = append(l.pending, next)
-			}
-			if l.settleReleasing() && l.lastRelease() {
-				// The watch saw the record deleted while this Release
-				// was in flight: it is gone, as asked.
-				l.pending = nil
-				l.released()
-				l.logResult(op, "done", nil)
-				return nil
-			}
-			return opErr(op.String(), l.name, unknown(ctx, err)) // change logs it
-		}
-		if resp.Succeeded {
-			// Nothing pending applied, and now none can.
-			l.pending = nil
-			if last {
-				l.released()
-			} else {
-				l.count, l.payload, l.modRev = next.count, next.payload, resp.Header.Revision
-				l.settleReleasing()
-			}
-			l.logResult(op, "done", nil)
-			return nil
-		}
-		// Not applied: read why. The reads are a request of their own
-		// because etcd charges for a transaction's unused branch, and a
-		// compare that fails is rare.
-		resp, err = l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
-		l.settleReleasing()
-		if err != nil {
-			// Still not applied, and nothing pending: a retry reads again.
-			err = rpcError(err)
-			if errors.Is(err, ErrPermissionDenied) {
-				l.logResult(op, "denied", err)
-				return opErr(op.String(), l.name, err)
-			}
-			return opErr(op.String(), l.name, unknown(ctx, err)) // change logs it
-		}
-		st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
-		if st.err != nil {
-			if l.lastRelease() {
-				// An earlier Release of the last hold deleted it.
-				l.pending = nil
-				l.released()
-				if op == opRelease {
-					l.logResult(op, "done", nil)
-					return nil
-				}
-				return ErrReleased
-			}
-			l.lose(st.err)
-			l.logResult(op, outcome(st.err), st.err)
-			return opErr(op.String(), l.name, st.err)
-		}
-		applied, ok := l.resolve(st)
-		l.count, l.payload, l.modRev, l.pending = st.count, st.payload, st.modRev, nil
-		if ok && applied == next {
-			// An earlier try of this call applied: this is its retry.
-			l.logResult(op, "done", nil)
-			return nil
-		}
+	return false, nil
+}
+
+// attempt sends one transaction of a call of op, giving etcd d to reply.
+func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload string) result {
+	next := pendingCall{op: op, count: l.count + op.delta(), payload: l.payload}
+	if op == opProclaim {
+		next.payload = payload
 	}
-	// Only someone writing this acquisition's own owner token could keep
-	// changing the record under it.
-	l.lose(ErrKeyOverwritten)
-	l.logResult(op, "not_owner", ErrKeyOverwritten)
-	return opErr(op.String(), l.name, fmt.Errorf("%w: %w", ErrNotOwner, ErrKeyOverwritten))
+	last := next.count == 0
+	write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
+	// Whether a delete of the record seen after this call may be its
+	// doing: not when the Client had already given the record up (seen
+	// gone, or the lease ended) before it was sent.
+	mayDelete := false
+	if last {
+		write = clientv3.OpDelete(l.key)
+		mayDelete = l.c.recs.startRelease(l)
+	}
+	resp, err := l.txnWithin(ctx, d, write)
+	switch {
+	case err != nil:
+		return l.noReply(ctx, op, err, next, last && !mayDelete)
+	case !resp.Succeeded:
+		return l.explain(ctx, op, next)
+	}
+	// Nothing pending applied, and now none can.
+	l.pending = nil
+	if last {
+		l.released()
+	} else {
+		l.confirm(next.count, next.payload, resp.Header.Revision)
+		l.settleReleasing()
+	}
+	return result{out: outApplied}
+}
+
+// noReply judges an attempt that got no reply (err): refused, or of
+// unknown outcome, in which case next is pending unless forget (a delete
+// that cannot be this call's, see attempt) — or, when the watch saw the
+// record deleted while this Release of the last hold was in flight, gone
+// as asked.
+func (l *Lease) noReply(ctx context.Context, op opKind, err error, next pendingCall, forget bool) result {
+	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+		l.settleReleasing() // refused: not applied
+		return result{outDenied, err}
+	}
+	if !forget {
+		l.pending = append(l.pending, next)
+	}
+	if l.settleReleasing() && l.lastRelease() {
+		return result{out: outGone}
+	}
+	return result{outUnknown, opErr(op.String(), l.name, unknown(ctx, err))}
+}
+
+// explain reads why an attempt's compare failed, and what that means for
+// next, the call it made. The reads are a request of their own because
+// etcd charges for a transaction's unused branch, and a compare that fails
+// is rare.
+func (l *Lease) explain(ctx context.Context, op opKind, next pendingCall) result {
+	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
+	l.settleReleasing()
+	if err != nil {
+		// Still not applied, and nothing pending: a retry reads again.
+		if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+			return result{outDenied, err}
+		}
+		return result{outUnknown, opErr(op.String(), l.name, unknown(ctx, rpcError(err)))}
+	}
+	st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	if st.err != nil {
+		if l.lastRelease() {
+			return result{out: outGone} // an earlier Release of the last hold deleted it
+		}
+		return result{outNotOwner, st.err}
+	}
+	applied, ok := l.resolve(st)
+	l.confirm(st.count, st.payload, st.modRev)
+	l.pending = nil
+	if ok && applied == next {
+		return result{out: outAppliedEarlier}
+	}
+	return result{out: outChanged}
 }
 
 // resolve returns the pending call that applied, judging by what is
@@ -266,11 +283,7 @@ func (l *Lease) resolve(st stored) (pendingCall, bool) {
 // of the last hold has an unknown outcome, none otherwise. It reports
 // whether the watch saw the record deleted meanwhile.
 func (l *Lease) settleReleasing() (sawDelete bool) {
-	st := relNone
-	if l.lastRelease() {
-		st = relPending
-	}
-	return l.rel.set(st)
+	return l.c.recs.settleRelease(l, l.lastRelease())
 }
 
 // reads are the reads that explain a failed compare: the record, and the
@@ -278,7 +291,7 @@ func (l *Lease) settleReleasing() (sawDelete bool) {
 func (l *Lease) reads() []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(l.key),
-		clientv3.OpGet(dirOf(l.key), append(queueOpts(), clientv3.WithLimit(1))...),
+		clientv3.OpGet(dirOf(l.key), headKey()...),
 	}
 }
 
@@ -304,7 +317,7 @@ func (l *Lease) txnWithin(ctx context.Context, d time.Duration, ops ...clientv3.
 	sent := time.Now()
 	resp, err := l.txn(tctx, ops...)
 	if err == nil {
-		observeLatency(&l.c.latency, time.Since(sent))
+		observeLatency(&l.c.lat.change, time.Since(sent))
 	} else if ctx.Err() == nil && tctx.Err() != nil {
 		err = fmt.Errorf("%w within %v", errNoReply, d)
 	}
@@ -335,18 +348,6 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 		return stored{err: ErrNotOwner}
 	}
 	return stored{count: n, payload: payload, modRev: kv.ModRevision}
-}
-
-func outcome(err error) string {
-	switch {
-	case errors.Is(err, ErrPermissionDenied):
-		return "denied"
-	case errors.Is(err, ErrNotOwner):
-		return "not_owner"
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	}
-	return "unknown"
 }
 
 func (l *Lease) logResult(op opKind, result string, err error) {

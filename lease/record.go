@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A lock record lives at <prefix><name>/<session id>-<slot><kind>, where
@@ -12,6 +15,57 @@ import (
 // of n. Its value is encodeValue(owner token, hold count[, payload]) and it
 // is attached to the session lease of the Client that wrote it. Records
 // under <prefix><name>/ queue in creation-revision order.
+
+// lockDir returns the directory of the records of the lock called name:
+// <prefix><name>/.
+func lockDir(prefix, name string) string {
+	return prefix + name + "/"
+}
+
+// A lock's queue is the records of its directory in creation order; its
+// head, the first of them, holds the lock. queueKeys and headKey read keys
+// only (what admission needs), queueRecords and headRecord values too.
+func queueKeys(extra ...clientv3.OpOption) []clientv3.OpOption { return queueRead(true, 0, extra) }
+func headKey() []clientv3.OpOption                             { return queueRead(true, 1, nil) }
+func queueRecords() []clientv3.OpOption                        { return queueRead(false, 0, nil) }
+func headRecord() []clientv3.OpOption                          { return queueRead(false, 1, nil) }
+
+// queueRead is the options of a read of a queue: the first limit records
+// (all of them if 0), with keys only if keysOnly, and extra.
+func queueRead(keysOnly bool, limit int64, extra []clientv3.OpOption) []clientv3.OpOption {
+	opts := make([]clientv3.OpOption, 0, 4+len(extra))
+	opts = append(opts, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(limit))
+	}
+	return append(opts, extra...)
+}
+
+// admission computes, from the queue up to and including a record of kind
+// k (in creation order, ahead), the records that block it, and how few of
+// them admit it: the admission rule of every kind. It fails with
+// ErrMismatch when the queue holds records of a kind k cannot share a lock
+// with.
+func admission(k recordKind, ahead []*mvccpb.KeyValue) (map[string]int64, int, error) {
+	blockers := make(map[string]int64, len(ahead))
+	for _, kv := range ahead {
+		other, ok := kindOf(string(kv.Key))
+		switch {
+		case !ok:
+			// Not a fencekit record: it blocks like an exclusive one (and
+			// is reported if it stays; see checkForeign).
+		case (k.limit > 0 || other.limit > 0) && other != k:
+			return nil, 0, mismatch(k, other)
+		case k.shared && other.shared:
+			continue // readers share
+		}
+		blockers[string(kv.Key)] = kv.CreateRevision
+	}
+	return blockers, max(k.limit, 1), nil
+}
 
 // recordKind says how a record is admitted (see admission).
 type recordKind struct {

@@ -46,7 +46,7 @@ func (l *Lease) renew(ctx context.Context) error {
 			return ErrReleased
 		}
 		l.lose(st.err)
-		l.logResult(opRenew, outcome(st.err), st.err)
+		l.logResult(opRenew, outcomeLabel(st.err), st.err)
 		return opErr("renew", l.name, st.err)
 	}
 	if err := l.Err(); err != nil {
@@ -72,7 +72,7 @@ func (l *Lease) renew(ctx context.Context) error {
 // for etcd's request timeout. It returns the reply and when the try that
 // got it was sent.
 func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, time.Time, error) {
-	r := newResender(l.sess.ttl, &l.c.renewLatency)
+	r := newResender(l.sess.ttl, &l.c.lat.renew)
 	for {
 		d := r.deadline()
 		tctx, cancel := context.WithTimeout(ctx, d)
@@ -81,7 +81,7 @@ func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse
 		cancel()
 		switch {
 		case err == nil:
-			observeLatency(&l.c.renewLatency, time.Since(sent))
+			l.c.renewed(time.Since(sent))
 			return ka, sent, nil
 		case ctx.Err() == nil && tctx.Err() != nil:
 			err = fmt.Errorf("%w within %v", errNoReply, d)

@@ -57,6 +57,13 @@ func newResender(ttl time.Duration, latency *atomic.Int64) *resender {
 	}
 }
 
+// renewed notes the round trip d of a confirmed session renewal: in the
+// moving average that sets renewals' deadlines, and in the metrics.
+func (c *Client) renewed(d time.Duration) {
+	observeLatency(&c.lat.renew, d)
+	c.met.renew.Observe(d.Seconds())
+}
+
 // observeLatency folds the reply time d into the moving average at avg
 // (an eighth of each new reply).
 func observeLatency(avg *atomic.Int64, d time.Duration) {
@@ -84,7 +91,7 @@ func (r *resender) deadline() time.Duration {
 // ctx has ended, the Client or its etcd client is closed, or the time for
 // tries is up.
 func (r *resender) again(ctx context.Context, c *Client) bool {
-	if ctx.Err() != nil || c.ctx.Err() != nil || c.etcdClosed() {
+	if ctx.Err() != nil || c.bg.ctx.Err() != nil || c.etcdClosed() {
 		return false
 	}
 	var wait time.Duration
@@ -105,7 +112,7 @@ func (r *resender) again(ctx context.Context, c *Client) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	case <-c.ctx.Done():
+	case <-c.bg.ctx.Done():
 		return false
 	}
 }

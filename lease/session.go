@@ -11,8 +11,43 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
-// errRetired ends a tainted session that nothing uses any more.
-var errRetired = errors.New("lease: session retired")
+// sessionSet is a Client's session lifecycle: the session new
+// acquisitions use, every session not yet ended, and whether the Client
+// is closed.
+type sessionSet struct {
+	grant   grantMutex          // serialises session creation
+	checked map[string]struct{} // endpoints whose version was checked; guarded by grant
+
+	mu     sessionsMutex // guards the fields below
+	closed bool
+	cur    *session              // the session new acquisitions use; nil if none
+	live   map[*session]struct{} // every session not yet ended
+}
+
+// close marks the set closed and returns its live sessions; ok is false
+// if it was closed already.
+func (ss *sessionSet) close() (live []*session, ok bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return nil, false
+	}
+	ss.closed = true
+	for s := range ss.live {
+		live = append(live, s)
+	}
+	return live, true
+}
+
+// remove forgets s, which ended.
+func (ss *sessionSet) remove(s *session) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.cur == s {
+		ss.cur = nil
+	}
+	delete(ss.live, s)
+}
 
 // session returns the Client's current session, granting one if there is
 // none or the current one is tainted.
@@ -20,8 +55,8 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	if s, err := c.liveSession(); s != nil || err != nil {
 		return s, err
 	}
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
+	c.sessions.grant.Lock()
+	defer c.sessions.grant.Unlock()
 	if s, err := c.liveSession(); s != nil || err != nil {
 		return s, err
 	}
@@ -44,34 +79,32 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 			"use lease.WithTTL(%v) or more, or run etcd with a shorter --election-timeout", ErrTTLTooShort, c.cfg.ttl, ttl, ttl)
 	}
 	margin := min(c.cfg.margin, ttl/2)
-	ended, end := context.WithCancel(context.Background())
 	s := &session{
 		id:         resp.ID,
 		keyID:      fmt.Sprintf("%016x-", int64(resp.ID)),
 		ttl:        ttl,
 		margin:     margin,
-		done:       make(chan struct{}),
-		ended:      ended,
-		end:        end,
 		validUntil: sent.Add(ttl - margin),
 		slots:      map[string]struct{}{},
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	s.fin.init()
+	ss := &c.sessions
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
 		_ = c.revoke(s)
 		return nil, ErrClosed
 	}
-	old := c.sess
-	c.sess = s
-	c.sessions[s] = struct{}{}
+	old := ss.cur
+	ss.cur = s
+	ss.live[s] = struct{}{}
 	s.armDeadline(func() { c.onDeadline(s) })
-	c.wg.Add(1)
+	c.bg.spawn(func() { c.keepAlive(s) })
+	c.bg.spawn(func() { c.watchAsks(s, resp.ResponseHeader.Revision+1) })
+	ss.mu.Unlock()
 	if old != nil {
-		c.retireIfIdleLocked(old)
+		c.recs.retireIfIdle(old)
 	}
-	c.mu.Unlock()
-	go c.keepAlive(s)
 	c.log.Debug("lease session granted", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.Duration("ttl", ttl))
 	return s, nil
 }
@@ -79,15 +112,19 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 // liveSession returns the current session if it is usable for a new
 // acquisition, nil if a new one must be granted.
 func (c *Client) liveSession() (*session, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	ss := &c.sessions
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
 		return nil, ErrClosed
 	}
-	if c.sess != nil && c.sess.isTainted() {
+	// An ended session stays cur until endSession removes it, after the
+	// records table dropped it: an acquisition that picked it then would
+	// only fail with errRetired, again and again while the window lasts.
+	if ss.cur != nil && (ss.cur.isTainted() || ss.cur.failure() != nil) {
 		return nil, nil
 	}
-	return c.sess, nil
+	return ss.cur, nil
 }
 
 // revoke revokes s, bounded by the TTL.
@@ -101,47 +138,53 @@ func (c *Client) revoke(s *session) error {
 	return nil
 }
 
-// retireIfIdleLocked ends and revokes s, in the background, if it is
-// tainted and nothing held or waiting uses it. c.mu is held.
-func (c *Client) retireIfIdleLocked(s *session) {
-	if c.closed || !s.retirable() {
-		return
-	}
-	for _, l := range c.held {
-		if l.sess == s {
-			return
-		}
-	}
-	for _, w := range c.waiters {
-		if w.sess == s {
-			return
-		}
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+// retire ends and revokes s, tainted and unused (see
+// records.retireUnused), in the background.
+func (c *Client) retire(s *session) {
+	c.bg.spawn(func() {
 		if c.endSession(s, errRetired) {
 			if err := c.revoke(s); err != nil {
 				c.log.Warn("lease retired session revoke failed; it expires within its TTL",
 					slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
 			}
 		}
-	}()
+	})
+}
+
+// checkGone asks etcd, in the background, whether s is gone, after the
+// watch saw records of s deleted (see session.noteDeleted): a revoked or
+// expired session is reported as ErrSessionExpired (its records go first,
+// its end is seen later), a deleted record as ErrKeyDeleted.
+func (c *Client) checkGone(s *session) {
+	c.bg.spawn(func() {
+		ctx, cancel := context.WithTimeout(c.bg.ctx, min(s.ttl/4, time.Second))
+		resp, err := c.etcd.TimeToLive(ctx, s.id)
+		cancel()
+		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
+		ls := s.takeDeleted()
+		cause := ErrKeyDeleted
+		if gone {
+			cause = ErrSessionExpired
+			c.endSession(s, ErrSessionExpired)
+		}
+		for _, l := range ls {
+			l.end(l.lostError(cause))
+		}
+	})
 }
 
 // keepAlive renews s every third of its TTL and extends its validity from
 // the time each renewal was sent, until s ends.
 func (c *Client) keepAlive(s *session) {
-	defer c.wg.Done()
 	interval := s.ttl / 3
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-		case <-s.done:
+		case <-s.fin.done():
 			return
-		case <-c.ctx.Done():
+		case <-c.bg.ctx.Done():
 			return
 		}
 		until := s.until()
@@ -149,11 +192,11 @@ func (c *Client) keepAlive(s *session) {
 		if floor := sent.Add(interval); until.Before(floor) {
 			until = floor
 		}
-		ctx, cancel := context.WithDeadline(c.ctx, c.renewalDeadline(sent, until, interval))
+		ctx, cancel := context.WithDeadline(c.bg.ctx, c.renewalDeadline(sent, until, interval))
 		resp, err := c.etcd.KeepAliveOnce(ctx, s.id)
 		cancel()
 		if err == nil {
-			observeLatency(&c.renewLatency, time.Since(sent))
+			c.renewed(time.Since(sent))
 		}
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -171,7 +214,7 @@ func (c *Client) keepAlive(s *session) {
 			c.endSession(s, ErrEtcdClosed)
 			return
 		case err != nil:
-			if c.ctx.Err() != nil {
+			if c.bg.ctx.Err() != nil {
 				return
 			}
 			c.log.Warn("lease session renewal failed", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
@@ -180,10 +223,8 @@ func (c *Client) keepAlive(s *session) {
 			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.margin))
 			t.Reset(interval)
 		}
-		c.deleteOrphans(s)
-		c.mu.Lock()
-		c.sweepLocked(false)
-		c.mu.Unlock()
+		c.recs.deleteOrphans(s)
+		c.recs.sweep()
 	}
 }
 
@@ -196,7 +237,7 @@ func (c *Client) keepAlive(s *session) {
 // and is then sent again, to the client's next endpoint; the last one
 // before the validity deadline waits until it.
 func (c *Client) renewalDeadline(sent, until time.Time, interval time.Duration) time.Time {
-	d := max(interval/3, 4*time.Duration(c.renewLatency.Load()), minTryDeadline)
+	d := max(interval/3, 4*time.Duration(c.lat.renew.Load()), minTryDeadline)
 	if until.Sub(sent) > 2*d+max(interval/4, 20*time.Millisecond) {
 		return sent.Add(d)
 	}
@@ -211,65 +252,34 @@ func (c *Client) onDeadline(s *session) {
 	}
 	// The server may still hold the session; give up its records now rather
 	// than when it expires, so the next holder does not wait for the TTL.
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed { // Close revokes it
+	ss := &c.sessions
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed { // Close revokes it
 		return
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.bg.spawn(func() {
 		if err := c.revoke(s); err != nil {
 			c.log.Warn("lease session revoke after deadline failed", slog.String("error", err.Error()))
 		}
-	}()
+	})
 }
 
 // endSession ends s with cause and every lease attached to it, and reports
-// whether this call ended it. Waiters on s notice through s.done.
+// whether this call ended it. Waiters on s notice through s.fin.
+//
+// s ends (finish) under the records table's lock, the lock under which
+// the table promotes a waiter after checking its session and judges watch
+// events: none of them misses the end.
 func (c *Client) endSession(s *session, cause error) bool {
-	c.mu.Lock()
-	if !s.finish(cause) {
-		c.mu.Unlock()
+	lost, ended := c.recs.dropSession(s, cause)
+	if !ended {
 		return false
 	}
-	if c.sess == s {
-		c.sess = nil
-	}
-	delete(c.sessions, s)
-	var lost, released []*Lease
-	for k, l := range c.held {
-		if l.sess != s {
-			continue
-		}
-		delete(c.held, k)
-		if !errors.Is(cause, ErrClosed) && l.rel.get() == relPending {
-			// Its holder asked for it to go (its Release's outcome is
-			// unknown), and the session's end takes it: released.
-			released = append(released, l)
-		} else {
-			lost = append(lost, l)
-		}
-	}
-	for k, o := range c.orphans {
-		if o.sess == s {
-			delete(c.orphans, k) // the record dies with the session
-		}
-	}
-	c.mu.Unlock()
-	for _, l := range released {
-		l.end(ErrReleased)
-	}
-	for _, l := range lost {
-		if errors.Is(cause, ErrClosed) {
-			l.end(cause)
-		} else {
-			l.end(l.lostError(cause))
-		}
-	}
+	c.sessions.remove(s)
 	if !errors.Is(cause, ErrClosed) && cause != errRetired {
 		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
-			slog.String("cause", cause.Error()), slog.Int("leases_lost", len(lost)))
+			slog.String("cause", cause.Error()), slog.Int("leases_lost", lost))
 	}
 	return true
 }

@@ -1,11 +1,9 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,21 +11,17 @@ import (
 
 // session is one etcd lease of a Client, to which the records of its
 // acquisitions are attached. Its mutable fields are its own, guarded by
-// its mu; code that holds Client.mu may take a session's mu, never the
-// other way round. A session ends once (finish): the Client ends it under
-// Client.mu, so that whoever checks err and registers a lease under
-// Client.mu cannot miss its end.
+// its mu (see the lock order in doc.go). A session ends once (finish): the
+// Client ends it under the records table's lock, so that whoever checks
+// err and registers a lease under that lock cannot miss its end.
 type session struct {
 	id     clientv3.LeaseID
 	keyID  string // id as record keys carry it: 16 hex digits and a dash
 	ttl    time.Duration
 	margin time.Duration
-	done   chan struct{}
-	ended  context.Context // cancelled with done, for context.AfterFunc
-	end    context.CancelFunc
+	fin    endOnce // the session's end
 
-	mu         sync.Mutex
-	err        error // why it ended; nil while it lasts
+	mu         sessionMutex
 	validUntil time.Time
 	timer      *time.Timer
 	slots      map[string]struct{} // record keys in use (see claimSlot)
@@ -52,21 +46,16 @@ type session struct {
 
 // failure returns why s ended, or nil while it lasts.
 func (s *session) failure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+	return s.fin.err()
 }
 
 // finish ends s with cause, and reports whether this call ended it.
 func (s *session) finish(cause error) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
+	if !s.fin.end(cause) {
 		return false
 	}
-	s.err = cause
-	close(s.done)
-	s.end()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -93,7 +82,7 @@ func (s *session) until() time.Time {
 func (s *session) extend(until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err == nil && until.After(s.validUntil) {
+	if s.fin.err() == nil && until.After(s.validUntil) {
 		s.validUntil = until
 	}
 }
@@ -112,7 +101,7 @@ func (s *session) armDeadline(expire func()) {
 func (s *session) pastDeadline() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
+	if s.fin.err() != nil {
 		return false
 	}
 	if d := time.Until(s.validUntil); d > 0 {
@@ -164,7 +153,7 @@ func (s *session) addUncertain() bool {
 func (s *session) retirable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tainted && s.err == nil
+	return s.tainted && s.fin.err() == nil
 }
 
 // isTainted reports whether new acquisitions must use another session.
@@ -195,3 +184,10 @@ func (s *session) takeDeleted() []*Lease {
 	s.deleted, s.checking = nil, false
 	return ls
 }
+
+// maxUncertain is how many orphans whose write may still apply a session
+// keeps before the Client retires it (see session.tainted).
+const maxUncertain = 32
+
+// errRetired ends a tainted session that nothing uses any more.
+var errRetired = errors.New("lease: session retired")

@@ -2,8 +2,12 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -23,9 +27,7 @@ func (t *Term) Since() time.Time { return t.since }
 
 // Value returns the value the term publishes.
 func (t *Term) Value() string {
-	t.l.opMu.Lock()
-	defer t.l.opMu.Unlock()
-	_, v := decodePayload(t.l.payload)
+	_, v := decodePayload(t.l.shown.Load().payload)
 	return v
 }
 
@@ -91,3 +93,34 @@ func (t *Term) String() string {
 
 // GoString is String, so that %#v does not print the owner token.
 func (t *Term) GoString() string { return t.String() }
+
+func validValue(v string) error {
+	switch {
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("lease: election value of %d bytes, longer than %d", len(v), MaxValueLen)
+	case !utf8.ValidString(v):
+		return errors.New("lease: election value not UTF-8")
+	}
+	return nil
+}
+
+// encodePayload is an election record's payload: when its term began
+// (Unix milliseconds, 0 while unknown) and its public value.
+func encodePayload(since time.Time, value string) string {
+	ms := int64(0)
+	if !since.IsZero() {
+		ms = since.UnixMilli()
+	}
+	return strconv.FormatInt(ms, 10) + ":" + value
+}
+
+func decodePayload(p string) (since time.Time, value string) {
+	ms, value, ok := strings.Cut(p, ":")
+	if !ok {
+		return time.Time{}, ""
+	}
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
+		since = time.UnixMilli(n)
+	}
+	return since, value
+}

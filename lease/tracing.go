@@ -54,7 +54,7 @@ func endSpan(span trace.Span, err error) {
 	}
 	o := "done"
 	if err != nil {
-		o = outcome(err)
+		o = outcomeLabel(err)
 		switch {
 		case errors.Is(err, ErrHeld):
 			o = "held"
@@ -67,4 +67,17 @@ func endSpan(span trace.Span, err error) {
 	}
 	span.SetAttributes(attrOutcome.String(o))
 	span.End()
+}
+
+// outcomeLabel is the metrics and log label of a call's error.
+func outcomeLabel(err error) string {
+	switch {
+	case errors.Is(err, ErrPermissionDenied):
+		return "denied"
+	case errors.Is(err, ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	}
+	return "unknown"
 }

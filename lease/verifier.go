@@ -104,9 +104,8 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 	if err := ValidateName(t.Lock); err != nil {
 		return "", 0, unverified(t, "no lock has this name", err)
 	}
-	dir := v.prefix + t.Lock + "/"
-	resp, err := v.etcd.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithLimit(1),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	dir := lockDir(v.prefix, t.Lock)
+	resp, err := v.etcd.Get(ctx, dir, headRecord()...)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)

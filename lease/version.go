@@ -68,11 +68,11 @@ var knownIssues = []knownIssue{
 // lock-relevant bug is logged at Warn. A member that does not answer is
 // checked again before the next session is granted; one that refuses
 // Status (permission, or a proxy without it) is logged at Warn and not
-// checked. c.sessMu is held.
+// checked. c.sessions.grant is held.
 func (c *Client) checkServers(ctx context.Context) error {
 	var eps []string
 	for _, ep := range c.etcd.Endpoints() {
-		if _, ok := c.checked[ep]; !ok {
+		if _, ok := c.sessions.checked[ep]; !ok {
 			eps = append(eps, ep)
 		}
 	}
@@ -103,12 +103,12 @@ func (c *Client) checkServers(ctx context.Context) error {
 			// A member too old is asked again next time: it may have been
 			// upgraded meanwhile.
 			if err := c.judgeVersion(ep, versions[i]); err == nil {
-				c.checked[ep] = struct{}{}
+				c.sessions.checked[ep] = struct{}{}
 			} else if tooOld == nil {
 				tooOld = err
 			}
 		case refusedStatus(err):
-			c.checked[ep] = struct{}{}
+			c.sessions.checked[ep] = struct{}{}
 			c.log.Warn("lease server version not checked: Status refused",
 				slog.String("endpoint", ep), slog.String("error", err.Error()))
 		default:

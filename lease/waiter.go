@@ -1,16 +1,20 @@
 package lease
 
 import (
-	"sync"
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
 )
 
 // waiter is one acquisition between writing its record and being admitted.
-// Its fields below mu are guarded by mu; the Client's watch calls onDelete,
-// onPut, resync and wake.
+// Its fields below mu are guarded by mu; the records table calls onDelete,
+// onPut and resync, under its own lock, as watch events arrive.
 //
 // A waiter is admitted when fewer than need of the records ahead of it in
 // the queue block it (see admission). Records are only ever added behind
@@ -32,19 +36,17 @@ type waiter struct {
 	kind            recordKind
 	tok             owner.Token
 	sess            *session
-	own             *keyWatch     // covers key; set by addWaiter
-	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by Client.mu
+	own             *keyWatch     // covers key; set by records.subscribe
+	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
-	failc           chan struct{} // closed, after failErr is set, when the waiter's own record went
-	failErr         error
-	failOnce        sync.Once
+	fin             endOnce       // ends when the waiter's own record went
 	// uncertain: a write of the record got no reply, so it may still
 	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
 	uncertain bool
 	position  int       // records that blocked it when it queued
 	queued    time.Time // when the acquisition started
 
-	mu       sync.Mutex
+	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
 	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
 	blockers map[string]int64 // records ahead that block it: key -> creation revision; nil while reading
@@ -169,20 +171,12 @@ func (w *waiter) wake() {
 }
 
 func (w *waiter) fail(err error) {
-	w.failOnce.Do(func() {
-		w.failErr = err
-		close(w.failc)
-	})
+	w.fin.end(err)
 }
 
 // failure returns why the waiter failed, or nil.
 func (w *waiter) failure() error {
-	select {
-	case <-w.failc:
-		return w.failErr
-	default:
-		return nil
-	}
+	return w.fin.err()
 }
 
 // reading starts a queue read: deletes are remembered until setBlockers.
@@ -267,24 +261,49 @@ func (w *waiter) oldestBlocker() (key string, crev int64) {
 	return key, crev
 }
 
-// admission computes, from the queue up to and including the waiter's own
-// record (in creation order), the records that block a record of kind k,
-// and how few of them admit it. It fails with ErrMismatch when the queue
-// holds records of a kind k cannot share a lock with.
-func admission(k recordKind, ahead []*mvccpb.KeyValue) (map[string]int64, int, error) {
-	blockers := make(map[string]int64, len(ahead))
-	for _, kv := range ahead {
-		other, ok := kindOf(string(kv.Key))
-		switch {
-		case !ok:
-			// Not a fencekit record: it blocks like an exclusive one (and
-			// is reported if it stays; see checkForeign).
-		case (k.limit > 0 || other.limit > 0) && other != k:
-			return nil, 0, mismatch(k, other)
-		case k.shared && other.shared:
-			continue // readers share
-		}
-		blockers[string(kv.Key)] = kv.CreateRevision
+// errSlotTaken reports that the key an acquisition was to write holds
+// someone else's record.
+var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", ErrKeyOverwritten)
+
+// errNoSession reports that etcd refused to attach a record to the session
+// because the session lease no longer exists; the record was not written.
+var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
+
+// pauseAfter waits a moment after a failed request while acquiring, and
+// returns nil to try again, or the error that ends the acquisition.
+func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return errNoSession
 	}
-	return blockers, max(k.limit, 1), nil
+	if code, ok := errCode(err); ok {
+		switch code {
+		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
+			codes.ResourceExhausted, codes.OutOfRange:
+			return rpcError(err)
+		}
+	}
+	t := time.NewTimer(25 * time.Millisecond)
+	defer t.Stop()
+	return waitFor(ctx, c, w, t.C)
+}
+
+// waitFor waits until ch delivers or closes, and returns nil, or the error
+// that ends w's acquisition first: its record gone, its session ended, ctx
+// ended, the Client closed.
+func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
+	select {
+	case <-ch:
+		return nil
+	case <-w.fin.done():
+		return w.failure()
+	case <-w.sess.fin.done():
+		return w.sess.cause()
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.bg.ctx.Done():
+		return ErrClosed
+	}
 }

@@ -17,6 +17,21 @@ import (
 // thousands.
 const maxWatches = 512
 
+// eventSink is what a watchSet delivers to: every change of a watched key,
+// and after events were compacted away, what a read of the watched keys
+// found. The records table is the one sink; the watch layer knows nothing
+// of leases, waiters or orphans.
+type eventSink interface {
+	// put applies a write of kv.
+	put(kv *mvccpb.KeyValue)
+	// deleted applies a delete of key at revision rev.
+	deleted(key string, rev int64)
+	// resync applies a read, at revision at, of every key covers accepts
+	// (present holds those that exist). It reports false when the sink is
+	// closed.
+	resync(covers func(string) bool, present map[string]*mvccpb.KeyValue, at int64) bool
+}
+
 // keyWatch is one of a Client's watches: of one record key (its own, or
 // the record a waiter queues behind), of a semaphore's directory, or of
 // the whole prefix in prefix mode.
@@ -45,135 +60,142 @@ func (kw *keyWatch) covers(key string) bool {
 	return key == kw.key
 }
 
-// watchOwnLocked returns the watch that covers key, one of the Client's
-// own record keys, starting one if needed. c.mu is held.
-func (c *Client) watchOwnLocked(key string) *keyWatch {
-	kw := c.watchLocked(key, false)
+// watchSet is a Client's watches. Its map and mode are guarded by the
+// lock of the records table that owns it; its goroutines deliver to sink
+// without that lock.
+type watchSet struct {
+	etcd   *clientv3.Client
+	bg     *group
+	log    *slog.Logger
+	prefix string        // the Client's prefix (see enterPrefixMode)
+	ttl    time.Duration // bounds a resync's read; an own key's watch lingers this long unused
+	sink   eventSink
+	used   func(key string) bool // whether the sink still needs key's events; called under the table's lock
+
+	m          map[string]*keyWatch // watched key (or directory, or the prefix) -> its watch
+	prefixMode bool                 // one watch of the whole prefix (see maxWatches)
+}
+
+// own returns the watch that covers key, one of the Client's own record
+// keys, starting one if needed.
+func (ws *watchSet) own(key string) *keyWatch {
+	kw := ws.watch(key, false)
 	kw.own = true
 	return kw
 }
 
-// holdWatchLocked returns the watch that covers key (every key under it if
-// prefix) for a waiter, and counts the waiter among its users; dropWatchLocked
-// undoes that. c.mu is held.
-func (c *Client) holdWatchLocked(key string, prefix bool) *keyWatch {
-	kw := c.watchLocked(key, prefix)
+// hold returns the watch that covers key (every key under it if prefix)
+// for a waiter, and counts the waiter among its users; drop undoes that.
+func (ws *watchSet) hold(key string, prefix bool) *keyWatch {
+	kw := ws.watch(key, prefix)
 	kw.refs++
 	return kw
 }
 
-// dropWatchLocked ends a waiter's use of kw, and stops kw if nothing else
-// uses it and it is not one of the Client's own keys (those linger, see
-// sweepLocked). c.mu is held.
-func (c *Client) dropWatchLocked(kw *keyWatch) {
+// drop ends a waiter's use of kw, and stops kw if nothing else uses it and
+// it is not one of the Client's own keys (those linger, see sweep).
+func (ws *watchSet) drop(kw *keyWatch) {
 	if kw == nil {
 		return
 	}
 	kw.refs--
-	if kw.refs <= 0 && !kw.own && c.watches[kw.key] == kw && !c.prefixMode {
+	if kw.refs <= 0 && !kw.own && ws.m[kw.key] == kw && !ws.prefixMode {
 		kw.cancel()
-		delete(c.watches, kw.key)
+		delete(ws.m, kw.key)
 	}
 }
 
-// watchLocked returns the watch that covers key, starting one if needed,
-// and marks it used. c.mu is held.
-func (c *Client) watchLocked(key string, prefix bool) *keyWatch {
-	if c.prefixMode {
-		return c.watches[c.cfg.prefix]
+// current reports whether kw is still one of the set's watches (not
+// replaced by the prefix watch).
+func (ws *watchSet) current(kw *keyWatch) bool {
+	return kw != nil && ws.m[kw.key] == kw
+}
+
+// watch returns the watch that covers key, starting one if needed, and
+// marks it used.
+func (ws *watchSet) watch(key string, prefix bool) *keyWatch {
+	if ws.prefixMode {
+		return ws.m[ws.prefix]
 	}
-	if kw := c.watches[key]; kw != nil {
+	if kw := ws.m[key]; kw != nil {
 		kw.idle = time.Time{}
 		return kw
 	}
-	if len(c.watches) >= maxWatches {
-		c.sweepLocked(true)
+	if len(ws.m) >= maxWatches {
+		ws.sweep(true)
 	}
-	if len(c.watches) >= maxWatches {
-		return c.enterPrefixModeLocked()
+	if len(ws.m) >= maxWatches {
+		return ws.enterPrefixMode()
 	}
-	return c.startWatchLocked(key, prefix)
+	return ws.start(key, prefix)
 }
 
-// startWatchLocked starts watching key from the current revision: a watch
-// that starts at a revision not yet in the past is "synced" in etcd, so
-// events arrive in about a millisecond (one that starts in the past waits
-// for etcd's sweep of unsynced watchers, every 100 ms). Whoever needs
-// events from an earlier revision compares it with the watch's start once
-// created closes, and reads what it may have missed. c.mu is held.
-func (c *Client) startWatchLocked(key string, prefix bool) *keyWatch {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(c.ctx))
+// start starts watching key from the current revision: a watch that
+// starts at a revision not yet in the past is "synced" in etcd, so events
+// arrive in about a millisecond (one that starts in the past waits for
+// etcd's sweep of unsynced watchers, every 100 ms). Whoever needs events
+// from an earlier revision compares it with the watch's start once created
+// closes, and reads what it may have missed.
+func (ws *watchSet) start(key string, prefix bool) *keyWatch {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ws.bg.ctx))
 	kw := &keyWatch{key: key, prefix: prefix, cancel: cancel, created: make(chan struct{})}
-	c.watches[key] = kw
-	c.wg.Add(1)
-	go c.runWatch(ctx, kw)
+	ws.m[key] = kw
+	ws.bg.spawn(func() { ws.run(ctx, kw) })
 	return kw
 }
 
-// enterPrefixModeLocked replaces the Client's watches with one watch of
-// the whole prefix. Once that watch is confirmed, a read of every record
-// under the prefix catches up with whatever the other watches had not
-// delivered yet, and they are stopped. c.mu is held.
-func (c *Client) enterPrefixModeLocked() *keyWatch {
-	c.prefixMode = true
-	old := c.watches
-	c.watches = map[string]*keyWatch{}
-	kw := c.startWatchLocked(c.cfg.prefix, true)
-	c.log.Info("lease client watches its whole prefix", slog.Int("watches", len(old)))
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		select {
-		case <-kw.created:
-		case <-c.ctx.Done():
+// enterPrefixMode replaces the watches with one watch of the whole prefix.
+// Once that watch is confirmed, a read of every record under the prefix
+// catches up with whatever the other watches had not delivered yet, and
+// they are stopped.
+func (ws *watchSet) enterPrefixMode() *keyWatch {
+	ws.prefixMode = true
+	old := ws.m
+	ws.m = map[string]*keyWatch{}
+	kw := ws.start(ws.prefix, true)
+	ws.bg.spawn(func() {
+		ws.log.Info("lease client watches its whole prefix", slog.Int("watches", len(old)))
+		if !ws.bg.wait(kw.created) {
 			return
 		}
 		for {
-			if _, ok := c.resync(kw); ok || c.ctx.Err() != nil {
+			if _, ok := ws.resync(kw); ok || ws.bg.ctx.Err() != nil {
 				break
 			}
-			select {
-			case <-c.ctx.Done():
+			if !ws.bg.sleep(100 * time.Millisecond) {
 				return
-			case <-time.After(100 * time.Millisecond):
 			}
 		}
 		for _, w := range old {
 			w.cancel()
 		}
-	}()
+	})
 	return kw
 }
 
-// sweepLocked stops the watches of the Client's own keys that nothing has
-// used for a TTL (or at once, when full). It runs after every session
-// renewal. c.mu is held.
-func (c *Client) sweepLocked(full bool) {
-	if c.prefixMode {
+// sweep stops the watches of the Client's own keys that nothing has used
+// for a TTL (or at once, when full). It runs after every session renewal.
+func (ws *watchSet) sweep(full bool) {
+	if ws.prefixMode {
 		return
 	}
 	now := time.Now()
-	for key, kw := range c.watches {
-		_, held := c.held[key]
-		_, waiting := c.waiters[key]
-		_, orphan := c.orphans[key]
+	for key, kw := range ws.m {
 		switch {
-		case kw.refs > 0 || held || waiting || orphan:
+		case kw.refs > 0 || ws.used(key):
 			kw.idle = time.Time{}
 		case kw.idle.IsZero() && !full && kw.own:
 			kw.idle = now
-		case full || !kw.own || now.Sub(kw.idle) >= c.cfg.ttl:
+		case full || !kw.own || now.Sub(kw.idle) >= ws.ttl:
 			kw.cancel()
-			delete(c.watches, key)
+			delete(ws.m, key)
 		}
 	}
 }
 
-// runWatch follows every change of kw's keys until kw is cancelled or the
-// Client closes: it ends leases whose records were deleted or overwritten,
-// wakes waiters whose predecessor left, and deletes late orphans.
-func (c *Client) runWatch(ctx context.Context, kw *keyWatch) {
-	defer c.wg.Done()
+// run follows every change of kw's keys, delivering each to the sink,
+// until kw is cancelled or the Client closes.
+func (ws *watchSet) run(ctx context.Context, kw *keyWatch) {
 	var rev int64 // next revision to watch from; 0 until the first watch is confirmed
 	defer func() {
 		if rev == 0 {
@@ -185,47 +207,12 @@ func (c *Client) runWatch(ctx context.Context, kw *keyWatch) {
 	}()
 	backoff := 20 * time.Millisecond
 	for ctx.Err() == nil {
-		opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
-		if kw.prefix {
-			opts = append(opts, clientv3.WithPrefix())
-		}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		resync := false
-		for resp := range c.etcd.Watch(wctx, kw.key, opts...) {
-			if resp.Created && rev == 0 {
-				rev = resp.Header.Revision + 1
-				kw.start = resp.Header.Revision
-				close(kw.created)
-				continue
-			}
-			if resp.CompactRevision != 0 {
-				resync = true
-				break
-			}
-			if err := resp.Err(); err != nil {
-				// etcd cancels a watch the user may not read with a
-				// reason in text only, which err carries (its
-				// CancelReason field exists only from client v3.7);
-				// say so, and back off.
-				c.log.Warn("lease watch failed", slog.String("error", err.Error()))
-				backoff = min(2*backoff, time.Second)
-				break
-			}
-			backoff = 20 * time.Millisecond
-			for _, ev := range resp.Events {
-				c.dispatch(ev)
-				rev = ev.Kv.ModRevision + 1
-			}
-		}
-		cancel()
+		resync := ws.follow(ctx, kw, &rev, &backoff)
 		if ctx.Err() != nil {
 			return
 		}
 		if resync {
-			if r, ok := c.resync(kw); ok {
+			if r, ok := ws.resync(kw); ok {
 				rev = r
 			}
 		}
@@ -237,19 +224,61 @@ func (c *Client) runWatch(ctx context.Context, kw *keyWatch) {
 	}
 }
 
-// resync runs after the events of kw were compacted away. It reads every
-// record kw covers and applies to held leases and waiters everything the
-// missed events could have told: a record gone, recreated or overwritten.
-// Then it wakes those waiters to look again. It returns the revision to
-// watch from.
-func (c *Client) resync(kw *keyWatch) (int64, bool) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ttl)
+// follow runs one etcd watch of kw from *rev (from now while it is 0) and
+// delivers its events, until it ends; a failure doubles *backoff, events
+// reset it. It reports whether events were compacted away.
+func (ws *watchSet) follow(ctx context.Context, kw *keyWatch, rev *int64, backoff *time.Duration) (resync bool) {
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if kw.prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	if *rev > 0 {
+		opts = append(opts, clientv3.WithRev(*rev))
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range ws.etcd.Watch(wctx, kw.key, opts...) {
+		if resp.Created && *rev == 0 {
+			*rev = resp.Header.Revision + 1
+			kw.start = resp.Header.Revision
+			close(kw.created)
+			continue
+		}
+		if resp.CompactRevision != 0 {
+			return true
+		}
+		if err := resp.Err(); err != nil {
+			// etcd cancels a watch the user may not read with a reason in
+			// text only, which err carries (its CancelReason field exists
+			// only from client v3.7); say so, and back off.
+			ws.log.Warn("lease watch failed", slog.String("error", err.Error()))
+			*backoff = min(2**backoff, time.Second)
+			return false
+		}
+		*backoff = 20 * time.Millisecond
+		for _, ev := range resp.Events {
+			if ev.Type == mvccpb.DELETE {
+				ws.sink.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+			} else {
+				ws.sink.put(ev.Kv)
+			}
+			*rev = ev.Kv.ModRevision + 1
+		}
+	}
+	return false
+}
+
+// resync runs after the events of kw were compacted away: it reads every
+// key kw covers and hands the read to the sink. It returns the revision
+// to watch from.
+func (ws *watchSet) resync(kw *keyWatch) (int64, bool) {
+	ctx, cancel := context.WithTimeout(ws.bg.ctx, ws.ttl)
 	defer cancel()
 	var opts []clientv3.OpOption
 	if kw.prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
-	resp, err := c.etcd.Get(ctx, kw.key, opts...)
+	resp, err := ws.etcd.Get(ctx, kw.key, opts...)
 	if err != nil {
 		return 0, false
 	}
@@ -257,78 +286,8 @@ func (c *Client) resync(kw *keyWatch) (int64, bool) {
 	for _, kv := range resp.Kvs {
 		present[string(kv.Key)] = kv
 	}
-	var ends []func()
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !ws.sink.resync(kw.covers, present, resp.Header.Revision) {
 		return 0, false
 	}
-	at := resp.Header.Revision
-	for k, l := range c.held {
-		if !kw.covers(k) || l.rev > at {
-			continue // created after the read: the watch covers it
-		}
-		kv := present[k]
-		if kv == nil || kv.CreateRevision != l.rev {
-			if end := c.recordGoneLocked(l); end != nil {
-				ends = append(ends, end)
-			}
-			continue
-		}
-		if tok, _, ok := decodeValue(kv.Value); l.rel.get() == relNone && (!ok || tok != l.owner.Value()) {
-			delete(c.held, k)
-			ends = append(ends, func() { l.end(l.lostError(ErrKeyOverwritten)) })
-		}
-	}
-	for _, w := range c.waiters {
-		w.resync(kw.covers, present, at)
-	}
-	c.mu.Unlock()
-	for _, end := range ends {
-		end()
-	}
 	return resp.Header.Revision + 1, true
-}
-
-// dispatch applies one watch event to held leases, waiters and orphans.
-func (c *Client) dispatch(ev *clientv3.Event) {
-	key := string(ev.Kv.Key)
-	var end func()
-	c.mu.Lock()
-	if c.closed { // Close ends everything
-		c.mu.Unlock()
-		return
-	}
-	// Keys are reused, so an event may be about an earlier record under
-	// the same key: only events after a record's creation concern it.
-	rev := ev.Kv.ModRevision
-	switch ev.Type {
-	case mvccpb.DELETE:
-		if l := c.held[key]; l != nil && rev > l.rev {
-			end = c.recordGoneLocked(l)
-		}
-		for w := range c.byDir[dirOf(key)] {
-			w.onDelete(key, rev)
-		}
-	case mvccpb.PUT:
-		tok, _, ok := decodeValue(ev.Kv.Value)
-		if l := c.held[key]; l != nil && rev > l.rev && l.rel.get() == relNone {
-			if ev.Kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
-				delete(c.held, key)
-				end = func() { l.end(l.lostError(ErrKeyOverwritten)) }
-			}
-		}
-		if w := c.waiters[key]; w != nil {
-			w.onPut(rev, ok && tok == w.owner)
-		}
-		if o, found := c.orphans[key]; found && string(ev.Kv.Value) == o.value {
-			// A write of a failed acquisition applied late: delete it now
-			// rather than at the next renewal.
-			c.cleanOrphanLocked(key, o)
-		}
-	}
-	c.mu.Unlock()
-	if end != nil {
-		end()
-	}
 }

@@ -23,7 +23,8 @@ func watchers(t *testing.T, cl *etcdtest.Cluster) float64 {
 
 // A Client watches the record keys it holds or waits with, and the one
 // record each waiter waits behind, and stops watching its own keys about a
-// TTL after it has no record there.
+// TTL after it has no record there; and, per session, the requests to
+// release its records (one watch each, asks below).
 func TestWatchesFollowTheClientsLocks(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
@@ -35,7 +36,8 @@ func TestWatchesFollowTheClientsLocks(t *testing.T) {
 		_, err := others.Acquire(ctx, fmt.Sprintf("unrelated-%d", i))
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return watchers(t, cl) == base+5 }, 5*time.Second, 10*time.Millisecond)
+	const asks = 1 // others' session
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+5+asks }, 5*time.Second, 10*time.Millisecond)
 
 	a, err := c.Acquire(ctx, "w1")
 	require.NoError(t, err)
@@ -45,13 +47,13 @@ func TestWatchesFollowTheClientsLocks(t *testing.T) {
 	_, err = c.Acquire(actx, "w1") // waits behind its own record: one new watch, of its own key
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Eventually(t, func() bool { return watchers(t, cl) == base+5+3 }, 5*time.Second, 10*time.Millisecond,
-		"one watch per record key this client has: got %v", watchers(t, cl)-base)
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+5+asks+1+3 }, 5*time.Second, 10*time.Millisecond,
+		"one watch per record key this client has, and one for its session's asks: got %v", watchers(t, cl)-base)
 
 	require.NoError(t, a.Release(ctx))
 	require.NoError(t, b.Release(ctx))
-	require.Eventually(t, func() bool { return watchers(t, cl) == base+5 }, 10*time.Second, 50*time.Millisecond,
-		"watches of directories without records stop after about a TTL")
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+5+asks+1 }, 10*time.Second, 50*time.Millisecond,
+		"watches of directories without records stop after about a TTL; the session's asks stay")
 }
 
 // A Client with records in more directories than it watches one by one
@@ -69,8 +71,8 @@ func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
 		ls[i], err = c.Acquire(ctx, fmt.Sprintf("many-%d", i))
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return watchers(t, cl) == base+1 }, 10*time.Second, 20*time.Millisecond,
-		"got %v watchers", watchers(t, cl)-base)
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+1+1 }, 10*time.Second, 20*time.Millisecond,
+		"one prefix watch and the session's asks: got %v watchers", watchers(t, cl)-base)
 
 	for _, i := range []int{0, 300, n - 1} {
 		key, _ := heldRecord(t, cli, fmt.Sprintf("many-%d", i))

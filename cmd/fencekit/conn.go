@@ -243,7 +243,7 @@ func readPassword(e *Env) (string, error) {
 // exitCode maps an error from etcd or the lease package to an exit code.
 // Every lease sentinel has its code (exitcode_test.go holds each to it):
 //
-//   - a usage error (64): an invalid lock name, a TTL etcd would raise, a
+//   - a usage error (64): an invalid lock name or set of names, a TTL etcd would raise, a
 //     lock used with another kind or size (ErrMismatch): calling again
 //     the same way cannot help;
 //   - not acquired (75): ErrHeld;
@@ -265,7 +265,9 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &nh):
 		return ExitRefused
-	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrTTLTooShort), errors.Is(err, lease.ErrMismatch):
+	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrInvalidSet), errors.Is(err, lease.ErrInvalidOption),
+		errors.Is(err, lease.ErrTTLTooShort),
+		errors.Is(err, lease.ErrMismatch):
 		return ExitUsage
 	case errors.Is(err, lease.ErrHeld):
 		return ExitNotAcquired
@@ -285,7 +287,7 @@ func exitCode(err error) int {
 // releasing it.
 func lostErr(err error) bool {
 	for _, e := range []error{lease.ErrLost, lease.ErrNotOwner, lease.ErrNotFound, lease.ErrKeyDeleted,
-		lease.ErrKeyOverwritten, lease.ErrSessionExpired, lease.ErrDeadline} {
+		lease.ErrKeyOverwritten, lease.ErrSessionExpired, lease.ErrDeadline, lease.ErrMaxHold} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -24,6 +24,9 @@ var exitCodes = map[string]struct {
 	code int
 }{
 	"ErrInvalidName":      {lease.ErrInvalidName, ExitUsage},
+	"ErrInvalidSet":       {lease.ErrInvalidSet, ExitUsage},
+	"ErrInvalidOption":    {lease.ErrInvalidOption, ExitUsage},
+	"ErrMaxHold":          {lease.ErrMaxHold, ExitLost},
 	"ErrTTLTooShort":      {lease.ErrTTLTooShort, ExitUsage},
 	"ErrMismatch":         {lease.ErrMismatch, ExitUsage},
 	"ErrPermissionDenied": {lease.ErrPermissionDenied, ExitConn},

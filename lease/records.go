@@ -1,0 +1,450 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// records is the table of every record a Client knows, keyed by record
+// key (and so by lock directory): the leases it holds, the acquisitions
+// waiting in a queue, and the orphans being deleted. It owns the Client's
+// watches and is their one event sink (put, deleted, resync), so a watch
+// event, a promotion of a waiter into a holder and the end of a session
+// are each judged under one lock, mu, against the same state.
+//
+// Its operations lock mu themselves; the unexported helpers documented
+// "t.mu is held" are their steps. Under mu the table takes a waiter's,
+// a session's and a Lease's own locks (see the lock order in doc.go),
+// and never calls out of the package: leases end after mu is released.
+type records struct {
+	etcd   *clientv3.Client
+	bg     *group
+	log    *slog.Logger
+	keeper sessionKeeper
+	busy   busyLocks // lock directories found taken lately (see enqueue); its own lock
+
+	mu      recordsMutex
+	closed  bool
+	watches watchSet
+	held    map[string]*Lease  // record key -> lease
+	waiters map[string]*waiter // own record key -> waiter
+	byDir   map[string]map[*waiter]struct{}
+	orphans map[string]orphan // record key -> record to delete
+}
+
+// sessionKeeper is what the table asks of the Client's session lifecycle.
+type sessionKeeper interface {
+	// retire ends and revokes s, tainted and unused, in the background.
+	retire(s *session)
+	// checkGone finds out, in the background, whether s is gone, now that
+	// records of s were seen deleted (see session.noteDeleted).
+	checkGone(s *session)
+}
+
+func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper) *records {
+	t := &records{
+		etcd:    cli,
+		bg:      bg,
+		log:     log,
+		keeper:  keeper,
+		held:    map[string]*Lease{},
+		waiters: map[string]*waiter{},
+		byDir:   map[string]map[*waiter]struct{}{},
+		orphans: map[string]orphan{},
+	}
+	t.watches = watchSet{etcd: cli, bg: bg, log: log, prefix: cfg.prefix, ttl: cfg.ttl, sink: t, used: t.used,
+		m: map[string]*keyWatch{}}
+	return t
+}
+
+// ending is a lease to end, and why, once the table's lock is released.
+type ending struct {
+	l   *Lease
+	err error
+}
+
+func endAll(es []ending) {
+	for _, e := range es {
+		e.l.end(e.err)
+	}
+}
+
+// close stops routing: from now on events change nothing, and Close ends
+// every lease and wait.
+func (t *records) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+}
+
+// subscribe registers w, whose record is about to be written, and starts
+// the watch of its key (and, for a semaphore, of its directory).
+func (t *records) subscribe(w *waiter) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	if w.sess.failure() != nil {
+		return errRetired // ended since this acquisition picked it: try another
+	}
+	w.reading()
+	w.own = t.watches.own(w.key)
+	if w.kind.limit > 0 {
+		w.block = t.watches.hold(w.dir, true) // a permit may come from any holder
+	}
+	t.waiters[w.key] = w
+	if t.byDir[w.dir] == nil {
+		t.byDir[w.dir] = map[*waiter]struct{}{}
+	}
+	t.byDir[w.dir][w] = struct{}{}
+	return nil
+}
+
+// unsubscribe forgets w, which gave up.
+func (t *records) unsubscribe(w *waiter) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unlink(w)
+	t.retireUnused(w.sess)
+}
+
+// replace turns w into the holder l, unless w's record or session went
+// meanwhile: under the lock the watch delivers under, so no loss is missed.
+func (t *records) replace(w *waiter, l *Lease) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unlink(w)
+	if err := w.failure(); err != nil {
+		return err
+	}
+	if err := w.sess.failure(); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
+		return fmt.Errorf("session ended while acquiring: %w", err)
+	}
+	t.held[w.key] = l
+	return nil
+}
+
+// forget stops tracking l, which ended: the watch no longer judges its
+// record, and when the record is gone its key may be reused.
+func (t *records) forget(l *Lease, recordGone bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.finish(l, recordGone)
+}
+
+// watchBehind makes the table watch key (every key under it if prefix)
+// for w, which waits behind it, and returns that watch.
+func (t *records) watchBehind(w *waiter, key string, prefix bool) *keyWatch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w.block == nil || !w.block.covers(key) || !t.watches.current(w.block) {
+		// None yet, another target, or a watch stopped since (replaced by
+		// the prefix watch).
+		old := w.block
+		w.block = t.watches.hold(key, prefix)
+		t.watches.drop(old)
+	}
+	return w.block
+}
+
+// orderedWithOwn reports whether the watch w waits on also covers w's own
+// record, so that it delivered any delete of that record before the
+// blocker's later one.
+func (t *records) orderedWithOwn(w *waiter) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return w.block != nil && w.block.covers(w.key) && t.watches.current(w.block)
+}
+
+// retireIfIdle retires s if it is tainted and nothing uses it.
+func (t *records) retireIfIdle(s *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retireUnused(s)
+}
+
+// dropSession ends s with cause, unless it has ended already, and
+// forgets everything of it: its leases end (ErrReleased for one whose last
+// Release had an unknown outcome, which the session's end carries out),
+// its orphans die with it. It returns how many leases were lost, and
+// whether this call ended s.
+func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
+	closing := errors.Is(cause, ErrClosed)
+	var released, lose []ending
+	t.mu.Lock()
+	if !s.finish(cause) {
+		t.mu.Unlock()
+		return 0, false
+	}
+	for k, l := range t.held {
+		if l.sess != s {
+			continue
+		}
+		delete(t.held, k)
+		switch {
+		case !closing && l.rel == relPending:
+			released = append(released, ending{l, ErrReleased})
+		case closing:
+			lose = append(lose, ending{l, cause})
+		default:
+			lose = append(lose, ending{l, l.lostError(cause)})
+		}
+	}
+	for k, o := range t.orphans {
+		if o.sess == s {
+			delete(t.orphans, k) // the record dies with the session
+		}
+	}
+	t.mu.Unlock()
+	endAll(released)
+	endAll(lose)
+	return len(lose), true
+}
+
+// sweep stops the watches nothing has used for a TTL; it runs after every
+// session renewal.
+func (t *records) sweep() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.watches.sweep(false)
+}
+
+// put applies a watch event: key written with kv. Keys are reused, so an
+// event may be about an earlier record under the same key: only events
+// after a record's creation concern it.
+func (t *records) put(kv *mvccpb.KeyValue) {
+	key, rev := string(kv.Key), kv.ModRevision
+	var ends []ending
+	t.mu.Lock()
+	if t.closed { // Close ends everything
+		t.mu.Unlock()
+		return
+	}
+	tok, _, ok := decodeValue(kv.Value)
+	if l := t.held[key]; l != nil && rev > l.rev && l.rel == relNone {
+		if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
+			delete(t.held, key)
+			ends = append(ends, ending{l, l.lostError(ErrKeyOverwritten)})
+		}
+	}
+	if w := t.waiters[key]; w != nil {
+		w.onPut(rev, ok && tok == w.owner)
+	}
+	if o, found := t.orphans[key]; found && string(kv.Value) == o.value {
+		// A write of a failed acquisition applied late: delete it now
+		// rather than at the next renewal.
+		t.cleanOrphan(key, o)
+	}
+	t.mu.Unlock()
+	endAll(ends)
+}
+
+// deleted applies a watch event: key deleted at rev. It ends a held lease
+// whose record it was (see recordGone), and tells the waiters of the lock.
+func (t *records) deleted(key string, rev int64) {
+	var ends []ending
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	if l := t.held[key]; l != nil && rev > l.rev {
+		ends = t.recordGone(l, ends)
+	}
+	for w := range t.byDir[dirOf(key)] {
+		w.onDelete(key, rev)
+	}
+	t.mu.Unlock()
+	endAll(ends)
+}
+
+// resync applies a read at revision at of the keys covers accepts, after
+// a watch missed events: held leases whose record is gone, recreated or
+// overwritten end, and waiters learn what the missed events could have
+// told them.
+func (t *records) resync(covers func(string) bool, present map[string]*mvccpb.KeyValue, at int64) bool {
+	var ends []ending
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return false
+	}
+	for k, l := range t.held {
+		if !covers(k) || l.rev > at {
+			continue // created after the read: the watch covers it
+		}
+		kv := present[k]
+		if kv == nil || kv.CreateRevision != l.rev {
+			ends = t.recordGone(l, ends)
+			continue
+		}
+		if l.rel == relNone && !ownedBy(kv.Value, l.owner.Value()) {
+			delete(t.held, k)
+			ends = append(ends, ending{l, l.lostError(ErrKeyOverwritten)})
+		}
+	}
+	for _, w := range t.waiters {
+		w.resync(covers, present, at)
+	}
+	t.mu.Unlock()
+	endAll(ends)
+	return true
+}
+
+// used reports whether the table still needs the events of key, one of
+// the Client's record keys. t.mu is held.
+func (t *records) used(key string) bool {
+	_, held := t.held[key]
+	_, waiting := t.waiters[key]
+	_, orphan := t.orphans[key]
+	return held || waiting || orphan
+}
+
+// unlink stops routing watch events to w. t.mu is held.
+func (t *records) unlink(w *waiter) {
+	t.watches.drop(w.block)
+	w.block = nil
+	delete(t.waiters, w.key)
+	if ws := t.byDir[w.dir]; ws != nil {
+		delete(ws, w)
+		if len(ws) == 0 {
+			delete(t.byDir, w.dir)
+		}
+	}
+}
+
+// heldLease returns the held lease whose record is key, or nil.
+func (t *records) heldLease(key string) *Lease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.held[key]
+}
+
+// finish stops tracking l: the watch no longer judges its record, and
+// when the record is gone (recordGone) its key may be reused. A tainted
+// session that l kept alive may retire. t.mu is held.
+func (t *records) finish(l *Lease, recordGone bool) {
+	if t.held[l.key] == l {
+		delete(t.held, l.key)
+	}
+	l.rel = relNone
+	if recordGone {
+		t.releaseKey(l)
+	}
+	t.retireUnused(l.sess)
+}
+
+// retireUnused retires s if it is tainted and nothing held or waiting
+// uses it. t.mu is held.
+func (t *records) retireUnused(s *session) {
+	if t.closed || !s.retirable() {
+		return
+	}
+	for _, l := range t.held {
+		if l.sess == s {
+			return
+		}
+	}
+	for _, w := range t.waiters {
+		if w.sess == s {
+			return
+		}
+	}
+	t.keeper.retire(s)
+}
+
+// startRelease marks l's Release of its last hold as in flight and reports
+// whether the table still tracks l's record. When it does not, the record
+// was already seen gone or the lease has ended: a delete of it cannot be
+// this Release's, and an unknown outcome must not be taken for one.
+func (t *records) startRelease(l *Lease) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[l.key] != l {
+		return false
+	}
+	l.rel, l.sawDelete = relInFlight, false
+	return true
+}
+
+// settleRelease sets l's release state after a call: pending while a
+// Release of the last hold has an unknown outcome, none otherwise. It
+// reports (forgetting it) whether the watch saw the record deleted while
+// a Release was in flight.
+func (t *records) settleRelease(l *Lease, pending bool) (sawDelete bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l.rel = relNone
+	if pending {
+		l.rel = relPending
+	}
+	sawDelete, l.sawDelete = l.sawDelete, false
+	return sawDelete
+}
+
+// recordGone handles a held lease whose record is gone, and appends to
+// ends the lease to end once t.mu is released, if any. A delete while its
+// last-hold Release is in flight is left to that Release to judge; a
+// delete after it returned with an unknown outcome is that Release taking
+// effect; any other delete is a loss, whose cause (ErrSessionExpired or
+// ErrKeyDeleted) the Client finds out in the background. t.mu is held,
+// and the table is not closed.
+func (t *records) recordGone(l *Lease, ends []ending) []ending {
+	switch l.rel {
+	case relInFlight:
+		l.sawDelete = true
+		return ends
+	case relPending:
+		t.finish(l, true)
+		return append(ends, ending{l, ErrReleased})
+	}
+	t.finish(l, true)
+	if l.sess.noteDeleted(l) {
+		t.keeper.checkGone(l.sess)
+	}
+	return ends
+}
+
+// maxBusy bounds busyLocks; forgetting a lock costs its next acquisition
+// one transaction.
+const maxBusy = 4096
+
+// busyLocks are the lock directories in which this Client found someone
+// else's record when it last wrote its own. Writing into a free lock
+// skips the read of its queue (see enqueue), but the attempt fails, and
+// costs a transaction, when the lock is taken; a lock seen taken is
+// therefore written the queueing way until an acquisition finds it free
+// again.
+type busyLocks struct {
+	mu   busyMutex
+	dirs map[string]struct{}
+}
+
+func (b *busyLocks) has(dir string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.dirs[dir]
+	return ok
+}
+
+// note records whether dir was found taken.
+func (b *busyLocks) note(dir string, taken bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !taken:
+		delete(b.dirs, dir)
+	case b.dirs == nil || len(b.dirs) >= maxBusy:
+		b.dirs = map[string]struct{}{dir: {}}
+	default:
+		b.dirs[dir] = struct{}{}
+	}
+}

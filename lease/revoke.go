@@ -1,0 +1,158 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/logattr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// RequestRelease asks the holder of the lock called name whose fencing
+// revision is rev to release it: the cooperative counterpart of
+// ForceRelease. The holder's Lease.ReleaseRequested closes (within the time
+// an etcd watch event takes), Do cancels its function's context with
+// ErrReleaseRequested and then releases; a holder that uses Acquire decides
+// itself what to do. Nothing is taken away: a holder that ignores the
+// request keeps the lock.
+//
+// The request is a key under the prefix's reserved "/asks/" space (no lock
+// name is empty, so it is never part of a lock), attached to the holder's
+// session so that it goes with it. It is written only if the acquisition
+// with revision rev still holds the lock, in one transaction comparing its
+// record's creation revision. When rev is not the current holder's it
+// writes nothing and returns a *NotHolderError (matching ErrNotOwner, or
+// ErrNotFound when the lock is free). A record that no session keeps
+// cannot be asked: use ForceRelease. Any other error means the outcome is
+// unknown; asking again is harmless.
+func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if rev <= 0 {
+		return fmt.Errorf("lease: request release %q: fence revision %d is not positive", name, rev)
+	}
+	head, err := c.etcd.Get(ctx, lockDir(c.cfg.prefix, name), headRecord()...)
+	if err != nil {
+		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	if len(head.Kvs) == 0 {
+		return &NotHolderError{Lock: name, Revision: rev}
+	}
+	kv := head.Kvs[0]
+	if kv.CreateRevision != rev {
+		return &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+	}
+	if kv.Lease == 0 {
+		return fmt.Errorf("lease: request release %q: the record is kept by no session, so no Client can hear the request; use ForceRelease", name)
+	}
+	key := string(kv.Key)
+	ask := askKey(c.cfg.prefix, key, rev)
+	resp, err := c.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(ask, key, clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
+		Commit()
+	switch {
+	case err != nil:
+		return fmt.Errorf("lease: request release %q: outcome unknown: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	case !resp.Succeeded:
+		return &NotHolderError{Lock: name, Revision: rev}
+	}
+	c.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
+	return nil
+}
+
+// askDir is where requests to release the records of the session whose
+// key id is keyID live: under the prefix, in the space of the empty lock
+// name, which no lock can have.
+func askDir(prefix, keyID string) string { return prefix + "/asks/" + keyID }
+
+// askKey is the request to release the record key created at rev. Record
+// keys start with their session's key id, which the request key starts
+// with too, so that a session watches one directory.
+func askKey(prefix, recordKey string, rev int64) string {
+	slot := recordKey[strings.LastIndexByte(recordKey, '/')+1:]
+	keyID, _, _ := strings.Cut(slot, "-")
+	return askDir(prefix, keyID+"-") + strconv.FormatInt(rev, 10)
+}
+
+// watchAsks follows the requests to release the records of s, from the
+// revision s was granted at, until s ends or the Client closes, and tells
+// each lease it names (see Lease.ReleaseRequested). A request is deleted
+// once handled.
+func (c *Client) watchAsks(s *session, from int64) {
+	ctx, cancel := context.WithCancel(c.bg.ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.fin.ctx, cancel)
+	defer stop()
+	dir := askDir(c.cfg.prefix, s.keyID)
+	for ctx.Err() == nil {
+		for resp := range c.etcd.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+			if resp.Err() != nil {
+				break // compacted or cancelled: read what is there, then watch again
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypePut {
+					c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value))
+				}
+				from = ev.Kv.ModRevision + 1
+			}
+		}
+		if !c.bg.sleep(100 * time.Millisecond) {
+			return
+		}
+		from = c.catchUpAsks(ctx, dir, from)
+	}
+}
+
+// catchUpAsks handles the requests present under dir, after a watch ended,
+// and returns the revision to watch from.
+func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 {
+	resp, err := c.etcd.Get(ctx, dir, clientv3.WithPrefix())
+	if err != nil {
+		return from
+	}
+	for _, kv := range resp.Kvs {
+		c.handleAsk(ctx, string(kv.Key), string(kv.Value))
+	}
+	return resp.Header.Revision + 1
+}
+
+// handleAsk tells the lease that holds the record recordKey, at the
+// revision the request key names, that its release is requested, and
+// deletes the request.
+func (c *Client) handleAsk(ctx context.Context, ask, recordKey string) {
+	rev, err := strconv.ParseInt(ask[strings.LastIndexByte(ask, '-')+1:], 10, 64)
+	if err == nil {
+		if l := c.recs.heldLease(recordKey); l != nil && l.rev == rev {
+			l.asked.request()
+		}
+	}
+	if _, err := c.etcd.Delete(ctx, ask); err != nil && ctx.Err() == nil {
+		c.log.Debug("lease release request not deleted; it goes with its session", slog.String("error", err.Error()))
+	}
+}
+
+// releaseAsk is a Lease's request to release: its ctx is cancelled once
+// asked.
+type releaseAsk struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newReleaseAsk() releaseAsk {
+	ctx, cancel := context.WithCancel(context.Background())
+	return releaseAsk{ctx: ctx, cancel: cancel}
+}
+
+func (a releaseAsk) request() { a.cancel() }
+
+// ReleaseRequested is closed when someone asked this lease's holder to
+// release the lock (Client.RequestRelease). It stays open otherwise, also
+// after the lease ends.
+func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.ctx.Done() }

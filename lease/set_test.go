@@ -1,0 +1,353 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// One transaction writes every record of a set: all carry one creation
+// revision, each a normal fencing token of its lock; Release removes them
+// all.
+func TestAcquireAllOneRevision(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t, cli)
+
+	set, err := c.AcquireAll(ctx, "acct-1", "acct-2", "acct-3")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acct-1", "acct-2", "acct-3"}, set.Names())
+	for _, name := range set.Names() {
+		keys := records(t, cli, name)
+		require.Len(t, keys, 1, name)
+		resp, err := cli.Get(ctx, keys[0])
+		require.NoError(t, err)
+		assert.Equal(t, set.Revision(), resp.Kvs[0].CreateRevision, name)
+		assert.Equal(t, set.Revision(), set.Fence(name).Revision)
+		assert.Equal(t, name, set.Fence(name).Lock)
+		assert.Equal(t, set.Fence(name), set.Lease(name).Fence())
+	}
+	for i, f := range set.Fences() {
+		assert.Equal(t, set.Fence(set.Names()[i]), f)
+	}
+	require.NoError(t, set.Renew(ctx))
+	assert.Nil(t, set.Lease("acct-9"))
+	assert.True(t, set.Fence("acct-9").IsZero())
+	assert.NoError(t, set.Err())
+
+	require.NoError(t, set.Release(ctx))
+	<-set.Done()
+	require.ErrorIs(t, set.Err(), lease.ErrReleased)
+	for _, name := range set.Names() {
+		assert.Empty(t, records(t, cli, name), name)
+	}
+	require.ErrorIs(t, set.Release(ctx), lease.ErrNotFound, "released already, as for a Lease")
+}
+
+// Bad sets are refused with typed errors before anything is written.
+func TestAcquireAllRefusesBadSets(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t, cli)
+	many := make([]string, lease.MaxSetSize+1)
+	for i := range many {
+		many[i] = fmt.Sprint("m", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		names []string
+		want  error
+	}{
+		{"empty", nil, lease.ErrInvalidSet},
+		{"duplicate", []string{"x", "y", "x"}, lease.ErrInvalidSet},
+		{"too many", many, lease.ErrInvalidSet},
+		{"invalid name", []string{"x", "a/b"}, lease.ErrInvalidName},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.AcquireAll(ctx, tc.names...)
+			require.ErrorIs(t, err, tc.want)
+			require.NotErrorIs(t, err, lease.ErrRetryable)
+			_, err = c.TryAcquireAll(ctx, tc.names...)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+	resp, err := cli.Get(ctx, lease.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.Zero(t, resp.Count, "nothing written")
+	set, err := c.AcquireAll(ctx, many[:lease.MaxSetSize]...)
+	require.NoError(t, err, "MaxSetSize locks fit etcd's default transaction limit")
+	require.NoError(t, set.Release(ctx))
+}
+
+// A set queues in each lock's FIFO order with plain acquisitions: it waits
+// behind a holder of one of its locks, and a plain Acquire that came after
+// it waits behind it.
+func TestAcquireAllQueuesInOrder(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	holder, err := newClient(t, cli).Acquire(ctx, "a")
+	require.NoError(t, err)
+
+	setc := make(chan *lease.Set, 1)
+	go func() {
+		set, err := newClient(t, cli).AcquireAll(ctx, "a", "b")
+		assert.NoError(t, err)
+		setc <- set
+	}()
+	waitRecords(t, cli, "a", 2)
+	waitRecords(t, cli, "b", 1)
+	later := make(chan *lease.Lease, 1)
+	go func() {
+		l, err := newClient(t, cli).Acquire(ctx, "b")
+		assert.NoError(t, err)
+		later <- l
+	}()
+	waitRecords(t, cli, "b", 2)
+	select {
+	case <-setc:
+		t.Fatal("the set was admitted while a holder held one of its locks")
+	case <-later:
+		t.Fatal("a later Acquire of b overtook the set")
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, holder.Release(ctx))
+	set := <-setc
+	require.NotNil(t, set)
+	assert.Greater(t, set.Revision(), holder.Fence().Revision)
+	select {
+	case <-later:
+		t.Fatal("the later Acquire of b was admitted while the set held b")
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, set.Release(ctx))
+	l := <-later
+	require.NotNil(t, l)
+	assert.Greater(t, l.Fence().Revision, set.Revision())
+	require.NoError(t, l.Release(ctx))
+}
+
+// Sets that overlap, taken in every order by many Clients at once, never
+// deadlock and never share a lock.
+func TestAcquireAllNoDeadlock(t *testing.T) {
+	cl := etcdtest.Start(t)
+	ctx := ctxT(t, 90*time.Second)
+	locks := []string{"l0", "l1", "l2", "l3", "l4"}
+	var mu sync.Mutex
+	holders := map[string]int{}
+	const workers, rounds = 6, 15
+	var wg sync.WaitGroup
+	for w := range workers {
+		c := newClient(t, etcdtest.Client(t, cl))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range rounds {
+				names := append([]string(nil), locks...)
+				rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+				names = names[:2+rng.IntN(3)]
+				set, err := c.AcquireAll(ctx, names...)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				for _, n := range names {
+					holders[n]++
+					assert.Equal(t, 1, holders[n], "two holders of %s", n)
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+				mu.Lock()
+				for _, n := range names {
+					holders[n]--
+				}
+				mu.Unlock()
+				assert.NoError(t, set.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "the sets did not all complete: deadlock?")
+}
+
+// TryAcquireAll takes all or nothing at once: with one lock held it fails
+// with ErrHeld and leaves the other locks free.
+func TestTryAcquireAll(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t, cli)
+	set, err := c.TryAcquireAll(ctx, "t1", "t2")
+	require.NoError(t, err)
+	require.NoError(t, set.Release(ctx))
+
+	held, err := newClient(t, cli).Acquire(ctx, "t2")
+	require.NoError(t, err)
+	_, err = c.TryAcquireAll(ctx, "t1", "t2", "t3")
+	require.ErrorIs(t, err, lease.ErrHeld)
+	require.Eventually(t, func() bool {
+		return len(records(t, cli, "t1")) == 0 && len(records(t, cli, "t3")) == 0 && len(records(t, cli, "t2")) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the set's records are removed")
+	l, err := newClient(t, cli).TryAcquire(ctx, "t1")
+	require.NoError(t, err, "t1 is free again")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, held.Release(ctx))
+}
+
+// A set that cannot be completed in time holds nothing afterwards: the lock
+// it was admitted to is released, and its other records are removed.
+func TestAcquireAllTimeoutLeavesNothing(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	held, err := newClient(t, cli).Acquire(ctx, "busy")
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = newClient(t, cli).AcquireAll(short, "free", "busy")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Eventually(t, func() bool {
+		return len(records(t, cli, "free")) == 0 && len(records(t, cli, "busy")) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	l, err := newClient(t, cli).TryAcquire(ctx, "free")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, held.Release(ctx))
+}
+
+// The set ends when one of its leases is lost, with that loss as its Err.
+func TestAcquireAllLossEndsTheSet(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 20*time.Second)
+	set, err := newClient(t, cli).AcquireAll(ctx, "s1", "s2")
+	require.NoError(t, err)
+	wctx, cancel := set.Context(ctx)
+	defer cancel()
+	_, err = cli.Delete(ctx, records(t, cli, "s2")[0])
+	require.NoError(t, err)
+	select {
+	case <-set.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the set did not end when one of its records was deleted")
+	}
+	require.ErrorIs(t, set.Err(), lease.ErrKeyDeleted)
+	var lost *lease.LostError
+	require.ErrorAs(t, set.Err(), &lost)
+	assert.Equal(t, "s2", lost.Lock, "the cause names the lock")
+	<-wctx.Done()
+	require.ErrorIs(t, context.Cause(wctx), lease.ErrKeyDeleted)
+	require.NoError(t, set.Lease("s1").Err(), "the other lease is still held until released")
+	err = set.Release(ctx)
+	require.Error(t, err, "the lost lease's Release reports the loss")
+	assert.Empty(t, records(t, cli, "s1"))
+}
+
+// A set write whose reply is lost is sent again and finds its records:
+// each lock has the set's one record, written once.
+func TestAcquireAllLostReply(t *testing.T) {
+	px := newProxied(t)
+	ctx := ctxT(t, 20*time.Second)
+	warm, err := px.c.Acquire(ctx, "warm") // the session exists
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	px.p.DropReplies()
+	got := make(chan error, 1)
+	var set *lease.Set
+	go func() {
+		var err error
+		set, err = px.c.AcquireAll(ctx, "r1", "r2")
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		return len(records(t, px.direct, "r1")) == 1 && len(records(t, px.direct, "r2")) == 1
+	}, 5*time.Second, 5*time.Millisecond, "the write applied; its reply is dropped")
+	time.Sleep(100 * time.Millisecond)
+	px.p.Resume()
+	px.p.ResetConns()
+	require.NoError(t, <-got)
+	for _, name := range []string{"r1", "r2"} {
+		keys := records(t, px.direct, name)
+		require.Len(t, keys, 1)
+		resp, err := px.direct.Get(ctx, keys[0])
+		require.NoError(t, err)
+		assert.Equal(t, set.Revision(), resp.Kvs[0].CreateRevision)
+		assert.Equal(t, int64(1), resp.Kvs[0].Version, "written once")
+		assert.True(t, strings.HasSuffix(string(resp.Kvs[0].Value), "#1"))
+	}
+	require.NoError(t, set.Release(ctx))
+}
+
+// A set Release whose reply is lost reports the outcome unknown; its retry
+// finds the records gone and returns nil, as Lease.Release does, and the
+// leases end released.
+func TestSetReleaseLostReply(t *testing.T) {
+	px := newProxied(t)
+	ctx := ctxT(t, 20*time.Second)
+	set, err := px.c.AcquireAll(ctx, "u1", "u2", "u3")
+	require.NoError(t, err)
+	px.lostReply(t, set.Release)
+	require.Eventually(t, func() bool {
+		return len(records(t, px.direct, "u1"))+len(records(t, px.direct, "u2"))+len(records(t, px.direct, "u3")) == 0
+	}, 5*time.Second, 10*time.Millisecond, "the lost Release applied")
+	require.NoError(t, until(t, ctx, set.Release))
+	<-set.Done()
+	for _, l := range set.Leases() {
+		require.ErrorIs(t, l.Err(), lease.ErrReleased, l.Name())
+	}
+}
+
+// A set partitioned away from etcd loses every one of its locks before
+// anyone else is admitted to any of them.
+func TestAcquireAllPartitionedLosesAllFirst(t *testing.T) {
+	px := newProxied(t, lease.WithTTL(time.Second))
+	ctx := ctxT(t, 20*time.Second)
+	set, err := px.c.AcquireAll(ctx, "q1", "q2", "q3")
+	require.NoError(t, err)
+	ended := make([]time.Time, 3)
+	var wg sync.WaitGroup
+	for i, l := range set.Leases() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-l.Done()
+			ended[i] = time.Now()
+		}()
+	}
+	type result struct {
+		at  time.Time
+		set *lease.Set
+		err error
+	}
+	next := make(chan result, 1)
+	go func() {
+		s, err := newClient(t, px.direct).AcquireAll(ctx, "q3", "q1")
+		next <- result{time.Now(), s, err}
+	}()
+	waitRecords(t, px.direct, "q1", 2)
+	px.p.Blackhole()
+	r := <-next
+	require.NoError(t, r.err)
+	admitted := r.at
+	wg.Wait()
+	require.NoError(t, r.set.Release(ctx))
+	for i, at := range ended {
+		assert.True(t, at.Before(admitted), "lease %d of the set ended %v after the successor was admitted", i, at.Sub(admitted))
+		require.ErrorIs(t, set.Leases()[i].Err(), lease.ErrLost)
+	}
+	<-set.Done()
+	px.p.Resume()
+}
