@@ -54,7 +54,7 @@ const MaxMetadataLen = 256
 // at most MaxMetadataLen bytes of UTF-8 without control characters.
 func WithMetadata(md string) AcquireOption {
 	return acquireOptionFunc(func(r *request) error {
-		if err := validateMetadata(md); err != nil {
+		if err := ValidateMetadata(md); err != nil {
 			return err
 		}
 		r.payload = encodePayload(time.Time{}, md)
@@ -62,8 +62,10 @@ func WithMetadata(md string) AcquireOption {
 	})
 }
 
-// validateMetadata applies WithMetadata's rule.
-func validateMetadata(md string) error {
+// ValidateMetadata returns nil for metadata WithMetadata accepts: at most
+// MaxMetadataLen bytes of UTF-8 without control characters; otherwise an
+// error matching ErrInvalidOption.
+func ValidateMetadata(md string) error {
 	switch {
 	case len(md) > MaxMetadataLen:
 		return fmt.Errorf("%w: metadata of %d bytes, more than %d", ErrInvalidOption, len(md), MaxMetadataLen)

@@ -253,3 +253,61 @@ func TestHelpExitCodes(t *testing.T) {
 		assert.Regexp(t, `\b`+strconv.Itoa(code)+`\b`, stdout.String(), "overview lists exit code %d", code)
 	}
 }
+
+// TestReleaseAsk: "release --ask" with another fence is refused and asks
+// nothing; with the holder's fence, the holding run sends its command
+// SIGTERM, exits with the command's code once it exits, and the lock is
+// free.
+func TestReleaseAsk(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	out := filepath.Join(t.TempDir(), "out")
+	p := start(t, append(env, childEnv("loop", out)...), "run", "reindex", "--", testExe(t))
+	ev := waitEvent(t, out, "start", 20*time.Second)
+	rev := strings.SplitN(ev.token, ":", 2)[0]
+
+	code, _, errOut := fk(t, env, "release", "--ask", "--fence", rev+"1", "reindex")
+	assert.Equal(t, ExitRefused, code)
+	requireOneLine(t, errOut, "nothing asked")
+	code, _, errOut = fk(t, env, "release", "--ask", "--fence", rev, "reindex")
+	require.Equal(t, 0, code, errOut)
+	requireOneLine(t, errOut, "asked the holder of lock \"reindex\"")
+	waitEvent(t, out, "term", 5*time.Second)
+	require.Equal(t, 143, p.wait(t, 10*time.Second), "the command's own code: it was asked, not lost")
+	assert.Contains(t, p.stderr.String(), "asked to release")
+	requireFree(t, cl.Members[0].ClientURL, "reindex")
+}
+
+// TestRunMaxHoldAndMetadata: "run --max-hold" ends the lease after the cap
+// (the command is killed, exit 79, the lock passes on), and "--metadata"
+// is shown by status while the run holds the lock; bad values are usage
+// errors.
+func TestRunMaxHoldAndMetadata(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	out := filepath.Join(t.TempDir(), "out")
+	began := time.Now()
+	p := start(t, append(env, childEnv("loop", out)...), "run", "--max-hold", "1500ms", "--metadata", "nightly reindex", "capped", "--", testExe(t))
+	waitEvent(t, out, "start", 20*time.Second)
+	code, table, errOut := fk(t, env, "status", "capped")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, table, `"nightly reindex"`)
+	_, js, _ := fk(t, env, "status", "--json", "capped")
+	assert.Contains(t, js, `"value": "nightly reindex"`)
+
+	require.Equal(t, ExitLost, p.wait(t, 10*time.Second))
+	assert.GreaterOrEqual(t, time.Since(began), 1500*time.Millisecond)
+	waitEvent(t, out, "term", time.Second)
+	assert.Contains(t, p.stderr.String(), "maximum")
+	requireFree(t, cl.Members[0].ClientURL, "capped")
+
+	for _, args := range [][]string{
+		{"run", "--max-hold", "-1s", "x", "--", "true"},
+		{"run", "--metadata", "two\nlines", "x", "--", "true"},
+		{"run", "-n", "2", "--max-hold", "1s", "x", "--", "true"},
+	} {
+		code, _, errOut := fk(t, env, args...)
+		assert.Equal(t, ExitUsage, code, "%v: %s", args, errOut)
+		requireOneLine(t, errOut, "--")
+	}
+}

@@ -275,7 +275,8 @@ func exitCode(err error) int {
 		return ExitServerTooOld
 	case lostErr(err):
 		return ExitLost
-	case errors.Is(err, lease.ErrClosed), errors.Is(err, lease.ErrReleased), errors.Is(err, lease.ErrNoLeader):
+	case errors.Is(err, lease.ErrClosed), errors.Is(err, lease.ErrReleased), errors.Is(err, lease.ErrNoLeader),
+		errors.Is(err, lease.ErrReleaseRequested):
 		return ExitSoftware
 	}
 	// ErrPermissionDenied, ErrOutcomeUnknown, ErrRetryable, and errors

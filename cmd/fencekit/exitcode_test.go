@@ -27,6 +27,7 @@ var exitCodes = map[string]struct {
 	"ErrInvalidSet":       {lease.ErrInvalidSet, ExitUsage},
 	"ErrInvalidOption":    {lease.ErrInvalidOption, ExitUsage},
 	"ErrMaxHold":          {lease.ErrMaxHold, ExitLost},
+	"ErrReleaseRequested": {lease.ErrReleaseRequested, ExitSoftware},
 	"ErrTTLTooShort":      {lease.ErrTTLTooShort, ExitUsage},
 	"ErrMismatch":         {lease.ErrMismatch, ExitUsage},
 	"ErrPermissionDenied": {lease.ErrPermissionDenied, ExitConn},

@@ -53,6 +53,16 @@ itself killed (the watchdog then kills the process group only), and, off
 Linux, processes that left the process group. Then the lease is
 released and the result checked.
 
+When someone asks the holder to let go ("fencekit release --ask --fence
+N LOCK", lease.Client.RequestRelease), the command's process group gets
+SIGTERM, and the lock is released once the command exits; the exit code
+stays the command's. --max-hold D ends the lease after D even while its
+renewals succeed (the command is killed as on any loss, exit 79, and the
+lock passes on): for a job that may wedge while its process lives.
+--metadata TEXT stores a note with the lock's record (a job id, why it
+runs), which "fencekit status" shows; anyone who may read the prefix can
+read it.
+
 With -n N, the command runs under one of N permits of a semaphore called
 LOCK (lease.Client.Semaphore: the same records, FIFO across processes, at
 most N holders at once), for "no more than N of these jobs at a time".
@@ -85,6 +95,8 @@ type runFlags struct {
 	permitsSet bool
 	progress   time.Duration
 	verbose    bool
+	maxHold    time.Duration // --max-hold: end the lease after this long (0: no cap)
+	metadata   string        // --metadata: a note stored with the record
 }
 
 func cmdRun(args []string, e *Env) int {
@@ -97,6 +109,8 @@ func cmdRun(args []string, e *Env) int {
 	fs.DurationVar(&f.grace, "grace", 0, "after SIGTERM on lease loss, wait this long before SIGKILL (default: a tenth of the TTL)")
 	fs.DurationVar(&f.progress, "progress", 5*time.Second, "while waiting, print the time waited and the queue position this often (0: never)")
 	fs.BoolVar(&f.verbose, "v", false, "print when the lock is acquired and released")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the lease after this long even while renewals succeed: the command is killed and the lock passes on (0: no cap; not with -n)")
+	fs.StringVar(&f.metadata, "metadata", "", "a note stored with the lock's record, shown by 'fencekit status' (at most 256 bytes, no control characters; not with -n)")
 	lock, cmdline, err := parseRun(fs, args, e)
 	if err != nil {
 		return usageFail(e, "run", err)
@@ -155,6 +169,13 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("--progress %v must not be negative", f.progress)
 	case f.permitsSet && (f.permits < 1 || f.permits > lease.MaxPermits):
 		return fmt.Errorf("-n %d: want 1..%d permits (or no -n for a lock)", f.permits, lease.MaxPermits)
+	case f.maxHold < 0:
+		return fmt.Errorf("--max-hold %v must not be negative", f.maxHold)
+	case f.permitsSet && (f.maxHold > 0 || f.metadata != ""):
+		return errors.New("--max-hold and --metadata apply to a lock, not to a permit (-n)")
+	}
+	if _, err := f.acquireOptions(); err != nil {
+		return err
 	}
 	ttl := roundTTL(f.conn.ttl)
 	if m := f.margin(); 2*m >= ttl {
@@ -164,6 +185,22 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("--grace %v needs a safety margin of %v, which must be less than half the TTL %v: use a longer --ttl or a shorter --grace", f.grace, m, ttl)
 	}
 	return nil
+}
+
+// acquireOptions are the lease options of --max-hold and --metadata; an
+// invalid one is an error naming its flag.
+func (f *runFlags) acquireOptions() ([]lease.AcquireOption, error) {
+	var opts []lease.AcquireOption
+	if f.maxHold > 0 {
+		opts = append(opts, lease.WithMaxHold(f.maxHold))
+	}
+	if f.metadata != "" {
+		if err := lease.ValidateMetadata(f.metadata); err != nil {
+			return nil, fmt.Errorf("--metadata: %w", err)
+		}
+		opts = append(opts, lease.WithMetadata(f.metadata))
+	}
+	return opts, nil
 }
 
 // margin is the lease safety margin: Done closes this long before the
@@ -260,10 +297,11 @@ type held interface {
 // holding is a held lock with what the command and the messages say of it.
 type holding struct {
 	held
-	name string   // the lock's or election's name
-	what string   // "lease", "permit" or "term", for messages
-	desc string   // its token, for messages
-	env  []string // variables the command gets
+	name  string          // the lock's or election's name
+	what  string          // "lease", "permit" or "term", for messages
+	desc  string          // its token, for messages
+	env   []string        // variables the command gets
+	asked <-chan struct{} // closed when someone asks the holder to release (a lease's); nil otherwise
 }
 
 // envVars are the variables fencekit sets for the command; it removes
@@ -273,7 +311,8 @@ var envVars = []string{"FENCING_TOKEN", "FENCEKIT_LOCK", "FENCEKIT_PERMIT_REVISI
 
 func leaseHolding(l *lease.Lease) *holding {
 	return &holding{held: l, name: l.Name(), what: "lease", desc: "fencing token " + l.Fence().String(),
-		env: []string{"FENCING_TOKEN=" + l.Fence().String(), "FENCEKIT_LOCK=" + l.Name()}}
+		env:   []string{"FENCING_TOKEN=" + l.Fence().String(), "FENCEKIT_LOCK=" + l.Name()},
+		asked: l.ReleaseRequested()}
 }
 
 func permitHolding(p *lease.Permit, n int) *holding {
@@ -290,9 +329,13 @@ type acquirer struct {
 // acquirer returns the acquirer of lock: a lease, or with -n a permit.
 func (f *runFlags) acquirer(locks *lease.Client, lock string) (acquirer, error) {
 	if f.permits == 0 {
+		opts, err := f.acquireOptions()
+		if err != nil {
+			return acquirer{}, err
+		}
 		return acquirer{
-			try:  func(ctx context.Context) (*holding, error) { return wrapHeld(locks.TryAcquire(ctx, lock)) },
-			wait: func(ctx context.Context) (*holding, error) { return wrapHeld(locks.Acquire(ctx, lock)) },
+			try:  func(ctx context.Context) (*holding, error) { return wrapHeld(locks.TryAcquire(ctx, lock, opts...)) },
+			wait: func(ctx context.Context) (*holding, error) { return wrapHeld(locks.Acquire(ctx, lock, opts...)) },
 		}, nil
 	}
 	sem, err := locks.Semaphore(lock, f.permits)
@@ -581,6 +624,10 @@ loop:
 			}
 		case s := <-sigc:
 			signalTree(pgid, skip, s.(syscall.Signal))
+		case <-h.asked:
+			h.asked = nil
+			signalTree(pgid, skip, syscall.SIGTERM)
+			fmt.Fprintf(e.Stderr, "fencekit %s: asked to release %q (fencekit release --ask); sent SIGTERM to the command, releasing when it exits\n", f.cmd, h.name)
 		case <-h.Done():
 			kill(lossCause(h.Err()))
 		case <-own.C:

@@ -235,17 +235,17 @@ func writeStatus(w io.Writer, states []lease.LockState) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCK\tROLE\tFENCE\tOWNER\tINSTANCE\tSINCE>=\tHOLDS\tTTL")
+	fmt.Fprintln(tw, "LOCK\tROLE\tFENCE\tOWNER\tINSTANCE\tSINCE>=\tHOLDS\tTTL\tNOTE")
 	for _, st := range states {
 		if st.Holder == nil {
-			fmt.Fprintf(tw, "%s\tfree\t-\t-\t-\t-\t-\t-\n", st.Name)
+			fmt.Fprintf(tw, "%s\tfree\t-\t-\t-\t-\t-\t-\t-\n", st.Name)
 		}
 		row := func(role string, r lease.Record) {
 			since := "-"
 			if !r.Since.IsZero() {
 				since = r.Since.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", st.Name, role, r.Fence.Revision, r.OwnerDigest, orDash(r.Instance), since, r.Holds, ttlText(r.SessionTTL))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", st.Name, role, r.Fence.Revision, r.OwnerDigest, orDash(r.Instance), since, r.Holds, ttlText(r.SessionTTL), noteText(r.Value))
 		}
 		if st.Holder != nil {
 			row("holder", *st.Holder)
@@ -255,4 +255,14 @@ func writeStatus(w io.Writer, states []lease.LockState) {
 		}
 	}
 	tw.Flush()
+}
+
+// noteText shows a record's note (an election candidate's value or an
+// acquisition's metadata) quoted, since anyone who may write the prefix
+// writes it, or "-".
+func noteText(v string) string {
+	if v == "" {
+		return "-"
+	}
+	return strconv.Quote(v)
 }
