@@ -43,10 +43,13 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// records returns the lock records of name under the default prefix.
+// records returns the lock records of name under the default prefix, in
+// queue (creation) order: key order follows session ids, which are not
+// monotonic across the members of a cluster.
 func records(t *testing.T, cli *clientv3.Client, name string) []string {
 	t.Helper()
-	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	require.NoError(t, err)
 	var keys []string
 	for _, kv := range resp.Kvs {
