@@ -246,10 +246,7 @@ func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) R
 	if t, err := owner.Parse(tok); err == nil {
 		r.OwnerDigest = t.Digest()
 		r.Instance = t.Instance()
-		parts := strings.Split(tok, ".")
-		if ms, err := strconv.ParseInt(parts[1], 36, 64); err == nil {
-			r.Since = time.UnixMilli(ms)
-		}
+		r.Since = t.Started()
 	}
 	return r
 }

@@ -55,9 +55,12 @@ type Lease struct {
 	modRev  int64         // the record's mod revision last confirmed; guarded by opMu
 	pending []pendingCall // calls whose outcome is unknown; guarded by opMu
 	payload string        // the public value stored with the record (elections); guarded by opMu
-	// shown is count and payload as the getters (Holds, Term.Value) read
-	// them, without opMu, which is held across etcd round trips.
-	shown atomic.Pointer[confirmed]
+	// holds and value are count and payload as the getters (Holds,
+	// Term.Value) read them, without opMu, which is held across etcd round
+	// trips. value is nil for an empty payload (every lease but a term
+	// and one acquired WithMetadata).
+	holds atomic.Int64
+	value atomic.Pointer[string]
 
 	fin endOnce // the lease's end: Err and Done
 }
@@ -123,28 +126,31 @@ func (l *Lease) Err() error {
 // one per Release. After a Reenter or Release whose outcome is unknown it
 // is the count before that call, until a later call finds out.
 func (l *Lease) Holds() int {
-	return l.shown.Load().count
+	return int(l.holds.Load())
 }
 
 // Metadata returns the metadata the acquisition stored with its record
 // (WithMetadata), or "".
 func (l *Lease) Metadata() string {
-	_, md := decodePayload(l.shown.Load().payload)
+	p := l.value.Load()
+	if p == nil {
+		return ""
+	}
+	_, md := decodePayload(*p)
 	return md
-}
-
-// confirmed is what a Lease's holder last confirmed in etcd, as its
-// getters show it.
-type confirmed struct {
-	count   int
-	payload string
 }
 
 // confirm records the hold count, payload and mod revision etcd confirmed.
 // l.opMu is held (or l is not shared yet).
 func (l *Lease) confirm(count int, payload string, modRev int64) {
 	l.count, l.payload, l.modRev = count, payload, modRev
-	l.shown.Store(&confirmed{count: count, payload: payload})
+	l.holds.Store(int64(count))
+	switch p := l.value.Load(); {
+	case payload == "":
+		l.value.Store(nil)
+	case p == nil || *p != payload:
+		l.value.Store(&payload)
+	}
 }
 
 // Context returns a copy of parent that carries l (see FromContext) and its

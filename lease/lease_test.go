@@ -14,8 +14,8 @@ import (
 	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 
 	"github.com/fencekit/fencekit/internal/etcdproc"
-	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,10 +43,9 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// records returns the lock records of name under the default prefix.
-// records returns the record keys of lock name in queue order (creation
-// revision; not key order, which follows session ids: on a cluster of
-// several members those come from whichever member granted the session).
+// records returns the lock records of name under the default prefix, in
+// queue (creation) order: key order follows session ids, which are not
+// monotonic across the members of a cluster.
 func records(t *testing.T, cli *clientv3.Client, name string) []string {
 	t.Helper()
 	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(),

@@ -234,9 +234,13 @@ func TestRWMutexRevokedWaiterDoesNotLock(t *testing.T) {
 		}()
 		waitRecords(t, cli, "16221", 2+i) // queue in order: m2, then m3
 	}
-	keys := records(t, cli, "16221")
-	require.Len(t, keys, 3)
-	resp, err := cli.Get(ctx, keys[1]) // m2's record: second in line
+	// The queue in creation order (record keys sort by session id, which
+	// is not monotonic across members).
+	queue, err := cli.Get(ctx, lease.DefaultPrefix+"16221/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	require.NoError(t, err)
+	require.Len(t, queue.Kvs, 3)
+	resp, err := cli.Get(ctx, string(queue.Kvs[1].Key)) // m2's record: second in line
 	require.NoError(t, err)
 	_, err = cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 	require.NoError(t, err)

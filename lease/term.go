@@ -27,7 +27,11 @@ func (t *Term) Since() time.Time { return t.since }
 
 // Value returns the value the term publishes.
 func (t *Term) Value() string {
-	_, v := decodePayload(t.l.shown.Load().payload)
+	var payload string
+	if p := t.l.value.Load(); p != nil {
+		payload = *p
+	}
+	_, v := decodePayload(payload)
 	return v
 }
 

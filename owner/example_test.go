@@ -28,3 +28,18 @@ func ExampleParse() {
 	fmt.Println(err)
 	// Output: owner: malformed token (11 bytes): want three parts separated by "."
 }
+
+// Started tells when the process that made a token started, for instance
+// to report how old a lock record's owner is.
+func ExampleToken_Started() {
+	src, err := owner.NewSource("web-1", time.Date(2026, 12, 4, 10, 30, 0, 0, time.UTC))
+	if err != nil {
+		panic(err)
+	}
+	tok, err := owner.Parse(src.New().Value()) // as read from a lock record
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(tok.Instance(), tok.Started().UTC())
+	// Output: web-1 2026-12-04 10:30:00 +0000 UTC
+}

@@ -56,6 +56,19 @@ func (t Token) Instance() string {
 	return inst
 }
 
+// Started returns the process-start time the token carries (its epoch, to
+// the millisecond): a lower bound on when the token was made. It returns
+// the zero Time for the zero Token.
+func (t Token) Started() time.Time {
+	_, rest, _ := strings.Cut(t.v, sep)
+	epoch, _, _ := strings.Cut(rest, sep)
+	ms, err := strconv.ParseInt(epoch, 36, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 // String returns "owner:" followed by the digest; never the token itself.
 func (t Token) String() string { return "owner:" + t.Digest() }
 

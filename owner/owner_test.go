@@ -84,6 +84,16 @@ func TestInstance(t *testing.T) {
 	assert.Len(t, owner.DefaultInstance(), 63)
 }
 
+func TestStarted(t *testing.T) {
+	start := time.Date(2026, 12, 4, 10, 0, 0, 123_456_789, time.UTC)
+	src, err := owner.NewSource("web-1", start)
+	require.NoError(t, err)
+	tok, err := owner.Parse(src.New().Value())
+	require.NoError(t, err)
+	assert.True(t, tok.Started().Equal(start.Truncate(time.Millisecond)), "Started() = %v; want %v", tok.Started(), start)
+	assert.True(t, owner.Token{}.Started().IsZero(), "the zero Token's Started is not zero")
+}
+
 func FuzzParse(f *testing.F) {
 	src, _ := owner.NewSource("seed", time.UnixMilli(1))
 	f.Add(src.New().Value())
