@@ -297,6 +297,31 @@ func (g engine) RunTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 // sp, the caller's span, if any, records the attempts.
 func (g engine) runTx(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
 	fn func(context.Context, backend.Tx) error, countFence bool, sp *span) error {
+	if err := checkTx(begin, tok, resources); err != nil {
+		return err
+	}
+	if err := g.verifyBefore(ctx, tok, resources, countFence); err != nil {
+		return err
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = g.runOnce(ctx, begin, tok, resources, fn, countFence)
+		sp.setInt(attrAttempts, attempt)
+		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
+			return err
+		}
+		if werr := backoff(ctx, attempt); werr != nil {
+			return errors.Join(werr, err)
+		}
+		if g.met != nil {
+			g.met.retries.Inc()
+		}
+		sp.retried(attempt)
+	}
+}
+
+// checkTx refuses a transaction's arguments before anything runs.
+func checkTx(begin backend.Begin, tok fence.Token, resources []string) error {
 	if len(resources) > 0 {
 		if _, err := canonical(tok, resources); err != nil {
 			return err
@@ -307,37 +332,33 @@ func (g engine) runTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 	if begin == nil {
 		return fmt.Errorf("%w: run tx: nil Beginner", ErrInvalid)
 	}
-	if len(resources) > 0 {
-		// Before BEGIN, so that no transaction waits on etcd; Fence then
-		// finds tok verified.
-		if !countFence {
-			if err := g.verify(ctx, "claim", tok); err != nil {
-				return err // counted by Claim
-			}
-		} else if err := g.decidedIfErr(ctx, "fence", g.verify(ctx, "fence", tok)); err != nil {
-			return err
-		}
+	return nil
+}
+
+// verifyBefore verifies tok before BEGIN when the transaction fences
+// resources, so that no transaction waits on etcd; Fence then finds tok
+// verified. A refusal is counted as op "fence" unless Claim counts it.
+func (g engine) verifyBefore(ctx context.Context, tok fence.Token, resources []string, countFence bool) error {
+	switch {
+	case len(resources) == 0:
+		return nil
+	case !countFence:
+		return g.verify(ctx, "claim", tok) // counted by Claim
 	}
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = g.runOnce(ctx, begin, tok, resources, fn, countFence)
-		sp.setInt(attrAttempts, attempt)
-		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
-			return err
-		}
-		// Full jitter, growing from 2ms to at most ~100ms.
-		backoff := time.Duration(rand.Int64N(int64(min(2<<attempt, 100)) * int64(time.Millisecond)))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(ctx.Err(), err)
-		case <-t.C:
-		}
-		if g.met != nil {
-			g.met.retries.Inc()
-		}
-		sp.retried(attempt)
+	return g.decidedIfErr(ctx, "fence", g.verify(ctx, "fence", tok))
+}
+
+// backoff waits before attempt+1 of a transaction: full jitter, growing
+// from 2 ms to at most about 100 ms. It returns ctx's error if ctx ends
+// first.
+func backoff(ctx context.Context, attempt int) error {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(min(2<<attempt, 100)) * int64(time.Millisecond))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
