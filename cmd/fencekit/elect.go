@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"os/signal"
 	"slices"
 	"syscall"
@@ -112,21 +111,11 @@ func parseElect(fs *flagSet, args []string, e *Env) (name, value string, cmdline
 }
 
 func (f *runFlags) elect(name, value string, cmdline []string, e *Env) int {
-	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigc)
-
-	cli, err := f.conn.connect(e)
-	if err != nil {
-		return fail(e, f.cmd, ExitConn, err)
+	sigc, locks, done, code := f.start(e)
+	if locks == nil {
+		return code
 	}
-	defer cli.Close()
-	locks, err := lease.New(cli, f.conn.options(lease.WithSafetyMargin(f.margin()))...)
-	if err != nil {
-		return fail(e, f.cmd, ExitUsage, err)
-	}
-	defer locks.Close()
-	f.locks = locks
+	defer done()
 	el, err := locks.Election(name)
 	if err != nil {
 		return fail(e, f.cmd, exitCode(err), err)

@@ -218,25 +218,11 @@ func roundTTL(d time.Duration) time.Duration {
 }
 
 func (f *runFlags) run(lock string, cmdline []string, e *Env) int {
-	// Take the signals over before anything else, so that an INT during
-	// the wait cancels it cleanly instead of killing fencekit with a
-	// record left behind for the TTL.
-	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigc)
-
-	cli, err := f.conn.connect(e)
-	if err != nil {
-		return fail(e, f.cmd, ExitConn, err)
+	sigc, locks, done, code := f.start(e)
+	if locks == nil {
+		return code
 	}
-	defer cli.Close()
-	locks, err := lease.New(cli, f.conn.options(lease.WithSafetyMargin(f.margin()))...)
-	if err != nil {
-		return fail(e, f.cmd, ExitUsage, err)
-	}
-	defer locks.Close()
-	f.locks = locks
-
+	defer done()
 	acq, err := f.acquirer(locks, lock)
 	if err != nil {
 		return fail(e, f.cmd, exitCode(err), err)
@@ -246,6 +232,33 @@ func (f *runFlags) run(lock string, cmdline []string, e *Env) int {
 		return code
 	}
 	return f.hold(locks, h, cmdline, sigc, e)
+}
+
+// start takes the signals over (before anything else, so that an INT
+// during the wait cancels it cleanly instead of killing fencekit with a
+// record left behind for the TTL), connects and makes the lease Client
+// (also f.locks). On failure it returns a nil Client and the exit code;
+// otherwise done undoes it all.
+func (f *runFlags) start(e *Env) (sigc <-chan os.Signal, locks *lease.Client, done func(), code int) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	cli, err := f.conn.connect(e)
+	if err != nil {
+		signal.Stop(ch)
+		return nil, nil, nil, fail(e, f.cmd, ExitConn, err)
+	}
+	locks, err = lease.New(cli, f.conn.options(lease.WithSafetyMargin(f.margin()))...)
+	if err != nil {
+		cli.Close()
+		signal.Stop(ch)
+		return nil, nil, nil, fail(e, f.cmd, ExitUsage, err)
+	}
+	f.locks = locks
+	return ch, locks, func() {
+		locks.Close()
+		cli.Close()
+		signal.Stop(ch)
+	}, 0
 }
 
 // hold runs the command under h, then releases h, and returns the exit
