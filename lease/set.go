@@ -243,7 +243,7 @@ func (c *Client) acquireSet(ctx context.Context, names []string, try bool) (*Set
 		if !tryAgain(err) || ctx.Err() != nil {
 			break
 		}
-		set, err = c.acquireSetOnce(ctx, names, try) // as acquireTraced does
+		set, err = c.acquireSetOnce(ctx, names, try) // as acquireWithRetries does
 	}
 	if tryAgain(err) && ctx.Err() != nil {
 		err = context.Cause(ctx)
