@@ -46,7 +46,10 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 // records returns the lock records of name under the default prefix.
 func records(t *testing.T, cli *clientv3.Client, name string) []string {
 	t.Helper()
-	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	// In queue order: keys sort by session lease ID, which follows the
+	// order of grants only on one member (each member makes its own IDs).
+	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	require.NoError(t, err)
 	var keys []string
 	for _, kv := range resp.Kvs {
