@@ -162,15 +162,32 @@ func (pc *procCluster) client() *clientv3.Client {
 	return cli
 }
 
+// keepAliveClient is client with gRPC keepalive pings every 5 s (etcd's
+// --grpc-keepalive-min-time: pinging more often gets the connection
+// closed), answered within 1 s: a connection to a frozen member is then
+// closed after at most 6 s, and its watches move to another member.
+func (pc *procCluster) keepAliveClient() *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: pc.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: time.Second})
+	if err != nil {
+		pc.tb.Fatal(err)
+	}
+	pc.tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 // leader returns the member that every running member names as leader, or
 // -1.
-func (pc *procCluster) leader() int {
+func (pc *procCluster) leader() int { return pc.leaderAmong(-1) }
+
+// leaderAmong is leader, not asking member skip (a frozen one).
+func (pc *procCluster) leaderAmong(skip int) int {
 	cli := pc.statusClient()
 	defer cli.Close()
 	var ids []uint64
 	lead := -1
 	for i, m := range pc.members {
-		if m.w == nil {
+		if m.w == nil || i == skip {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -226,6 +243,13 @@ func (pc *procCluster) kill(i int) {
 // retries a Release whose outcome is unknown, as the docs tell callers to.
 // The killed member is restarted afterwards.
 func leaderKillStall(tb testing.TB, pc *procCluster, holder, waiter *lease.Client, name string) time.Duration {
+	return leaderFaultStall(tb, pc, holder, waiter, name, false)
+}
+
+// leaderFaultStall is leaderKillStall, or with freeze the same with the
+// leader frozen (SIGSTOP, as a frozen VM: its sockets stay open and answer
+// nothing) instead of killed; it is continued (SIGCONT) afterwards.
+func leaderFaultStall(tb testing.TB, pc *procCluster, holder, waiter *lease.Client, name string, freeze bool) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	l, err := holder.Acquire(ctx, name)
@@ -251,11 +275,17 @@ func leaderKillStall(tb testing.TB, pc *procCluster, holder, waiter *lease.Clien
 		time.Sleep(5 * time.Millisecond)
 	}
 	lead := pc.waitLeader()
-	pc.kill(lead)
+	if freeze {
+		if err := syscall.Kill(pc.members[lead].w.PID(), syscall.SIGSTOP); err != nil {
+			tb.Fatal(err)
+		}
+	} else {
+		pc.kill(lead)
+	}
 	killed := time.Now()
 	elected := make(chan time.Duration, 1)
 	go func() { // when the survivors agree on a new leader
-		for pc.leader() < 0 && ctx.Err() == nil {
+		for pc.leaderAmong(lead) < 0 && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
 		elected <- time.Since(killed)
@@ -272,7 +302,11 @@ func leaderKillStall(tb testing.TB, pc *procCluster, holder, waiter *lease.Clien
 	}
 	released := time.Since(killed)
 	a := <-got
-	tb.Logf("kill of m%d: new leader after %v, released after %v, waiter admitted after %v", lead,
+	what := "kill"
+	if freeze {
+		what = "freeze"
+	}
+	tb.Logf("%s of m%d: new leader after %v, released after %v, waiter admitted after %v", what, lead,
 		(<-elected).Round(time.Millisecond), released.Round(time.Millisecond), a.at.Sub(killed).Round(time.Millisecond))
 	if a.err != nil {
 		tb.Fatalf("waiter: %v", a.err)
@@ -287,7 +321,13 @@ func leaderKillStall(tb testing.TB, pc *procCluster, holder, waiter *lease.Clien
 			tb.Fatalf("waiter release: %v", err)
 		}
 	}
-	pc.start(pc.members[lead])
+	if freeze {
+		if err := syscall.Kill(pc.members[lead].w.PID(), syscall.SIGCONT); err != nil {
+			tb.Fatal(err)
+		}
+	} else {
+		pc.start(pc.members[lead])
+	}
 	pc.waitLeader()
 	return stall
 }
@@ -348,6 +388,37 @@ func BenchmarkLeaderKillStall(b *testing.B) {
 	b.ReportMetric(float64(worst.Milliseconds()), "max-stall-ms")
 	b.Logf("%d leader kills: lock stall median %v, max %v (election timeout %v, target %v)",
 		len(stalls), median.Round(time.Millisecond), worst.Round(time.Millisecond), procElection, procElection+time.Second)
+}
+
+// BenchmarkLeaderFreezeStall is BenchmarkLeaderKillStall with the leader
+// frozen (SIGSTOP) instead of killed: clients' connections to it stay open
+// and answer nothing, where a killed leader's are refused at once. It
+// reports the median and max stall, kill to admission, over b.N freezes
+// (each continued with SIGCONT afterwards).
+func BenchmarkLeaderFreezeStall(b *testing.B) {
+	pc := startProcCluster(b, 3, procTick, procElection)
+	holder, err := lease.New(pc.keepAliveClient(), lease.WithTTL(5*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := lease.New(pc.keepAliveClient(), lease.WithTTL(5*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer waiter.Close()
+	var stalls []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		stalls = append(stalls, leaderFaultStall(b, pc, holder, waiter, "leaderfreeze", true))
+	}
+	b.StopTimer()
+	slices.Sort(stalls)
+	median, worst := stalls[len(stalls)/2], stalls[len(stalls)-1]
+	b.ReportMetric(float64(median.Milliseconds()), "median-stall-ms")
+	b.ReportMetric(float64(worst.Milliseconds()), "max-stall-ms")
+	b.Logf("%d leader freezes: lock stall median %v, max %v (election timeout %v)",
+		len(stalls), median.Round(time.Millisecond), worst.Round(time.Millisecond), procElection)
 }
 
 // The etcd leader freezes (SIGSTOP, as a frozen VM) while a holder that

@@ -40,14 +40,25 @@ type nemesis struct {
 	t       *testing.T
 	phase   int // index of the phase
 	members int
+	procs   bool // members are processes: freeze and kill them
 	rec     *recorder
 	admin   *clientv3.Client // not behind a proxy
 	cluster *etcdtest.Cluster
 	workers []*workerRT
 	lines   []line
 
-	mu     sync.Mutex
-	counts []map[string]int
+	mu      sync.Mutex
+	counts  []map[string]int
+	windows []window // faults that took effect, for the successor check
+}
+
+// window is one fault that took effect, from just before its injection to
+// just after its heal (Unix nanoseconds); worker is the worker process it
+// froze, or -1.
+type window struct {
+	kind     string
+	worker   int
+	from, to int64
 }
 
 func (n *nemesis) allLines() []int {
@@ -63,6 +74,12 @@ func (n *nemesis) allLines() []int {
 // or failed, is not counted. A heal that fails fails the test: the rest of
 // the run would not be what it claims.
 func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration, lines []int) bool {
+	return n.applyTo(ctx, f, hold, lines, -1)
+}
+
+// applyTo is apply for a fault that freezes worker (-1: none).
+func (n *nemesis) applyTo(ctx context.Context, f faults.Fault, hold time.Duration, lines []int, worker int) bool {
+	from := time.Now().UnixNano()
 	if err := f.Inject(ctx); err != nil {
 		if !errors.Is(err, faults.ErrNoTarget) && ctx.Err() == nil {
 			n.t.Logf("nemesis: inject %s: %v (not counted)", f.Kind(), err)
@@ -84,6 +101,9 @@ func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration,
 	if d := time.Since(start); d > slowHeal {
 		n.t.Logf("nemesis: heal %s took %v", f.Kind(), d.Round(time.Millisecond))
 	}
+	n.mu.Lock()
+	n.windows = append(n.windows, window{kind: f.Kind(), worker: worker, from: from, to: time.Now().UnixNano()})
+	n.mu.Unlock()
 	return true
 }
 
@@ -117,7 +137,8 @@ func (n *nemesis) pick(proc bool) []*workerRT {
 // pauses stops worker processes, one at a time, until ctx ends.
 func (n *nemesis) pauses(ctx context.Context) {
 	for ctx.Err() == nil {
-		n.apply(ctx, faults.Pause(n.busiest(n.pick(true)).proc), pauseHold, n.allLines())
+		w := n.busiest(n.pick(true))
+		n.applyTo(ctx, faults.Pause(w.proc), pauseHold, n.allLines(), w.id)
 		sleep(ctx, time.Duration(1500+rand.IntN(1000))*time.Millisecond)
 	}
 }
@@ -296,6 +317,10 @@ func (n *nemesis) revokeOnce(ctx context.Context) bool {
 // comes once every restartGap1, after a first stretch of ordinary work.
 func (n *nemesis) clusterFaults(ctx context.Context) {
 	members := n.cluster.Members()
+	if n.procs {
+		n.signalFaults(ctx, members)
+		return
+	}
 	if len(members) == 1 {
 		sleep(ctx, firstRestart1)
 		for ctx.Err() == nil {
@@ -329,5 +354,43 @@ func (n *nemesis) clusterFaults(ctx context.Context) {
 		_ = n.cluster.WaitLeader(wctx)
 		cancel()
 		sleep(ctx, time.Duration(1500+rand.IntN(1000))*time.Millisecond)
+	}
+}
+
+// signalFaults freezes (SIGSTOP, continued after pauseHold: past the
+// lease TTL) and kills (SIGKILL, restarted after memberHold) member
+// processes, a follower or the leader in turn, until ctx ends.
+func (n *nemesis) signalFaults(ctx context.Context, members []*etcdtest.Member) {
+	procs := make([]faults.ProcessMember, len(members))
+	for i, m := range members {
+		procs[i] = m
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		var followers []faults.ProcessMember
+		for _, m := range procs {
+			if !m.IsLeader() {
+				followers = append(followers, m)
+			}
+		}
+		follower := followers[rand.IntN(len(followers))]
+		var (
+			f    faults.Fault
+			hold = memberHold
+		)
+		switch i % 4 {
+		case 0:
+			f, hold = faults.SigstopLeader(procs...), pauseHold
+		case 1:
+			f = faults.SigkillLeader(procs...)
+		case 2:
+			f, hold = faults.SigstopMember(follower), pauseHold
+		default:
+			f = faults.SigkillMember(follower)
+		}
+		n.apply(ctx, f, hold, n.allLines())
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = n.cluster.WaitLeader(wctx)
+		cancel()
+		sleep(ctx, time.Duration(1000+rand.IntN(1000))*time.Millisecond)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fencekit/fencekit/integration/check"
 	"github.com/fencekit/fencekit/integration/etcdtest"
 	"github.com/fencekit/fencekit/integration/faults"
+	"github.com/fencekit/fencekit/internal/etcdproc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -75,6 +76,10 @@ type phase struct {
 	name    string
 	members int
 	share   float64 // of the run time
+	// procs runs the members as etcd server processes (the binary
+	// FENCEKIT_ETCD_VERSION or FENCEKIT_ETCD_BIN names), which the
+	// cluster nemesis freezes and kills with signals.
+	procs bool
 }
 
 var phases = []phase{
@@ -100,6 +105,7 @@ type totals struct {
 	linChecked, linBad, linUnknown int
 	linOps                         int
 	linTook                        time.Duration
+	succ                           successorStats
 }
 
 // verdict is porcupine's verdict over the line's shards.
@@ -137,8 +143,8 @@ func counts(m map[string]int) string {
 
 func (s *totals) line() string {
 	f := counts(s.faults)
-	return fmt.Sprintf("SAFETY workload=%s mode=%s locks=%d ops=%d ops/s=%.0f accepted=%d rejected=%d faults=%s violations=%d lost=%d porcupine=%s",
-		s.workload, s.mode, s.shards, s.ops, s.opsPerSec(), s.accepted, s.rejected, f, s.violations, s.lost, s.verdict())
+	return fmt.Sprintf("SAFETY workload=%s mode=%s locks=%d ops=%d ops/s=%.0f accepted=%d rejected=%d faults=%s violations=%d lost=%d porcupine=%s handovers=%d early=%d",
+		s.workload, s.mode, s.shards, s.ops, s.opsPerSec(), s.accepted, s.rejected, f, s.violations, s.lost, s.verdict(), s.succ.checked-s.succ.excused, s.succ.early)
 }
 
 // TestSafety is the Jepsen-style safety suite: see the package doc.
@@ -147,6 +153,13 @@ func TestSafety(t *testing.T) {
 	if raceDetector {
 		limit = maxRunRace
 	}
+	runSafety(t, phases, run, limit, targetOps, allKinds)
+}
+
+// runSafety runs the phases for run (and on until the guarded lines have
+// started want cycles, up to limit; FENCEKIT_SOAK sets both), checks
+// every line, and fails unless every kind of fault in kinds took effect.
+func runSafety(t *testing.T, phases []phase, run, limit time.Duration, want int, kinds []string) {
 	if v := os.Getenv(envSoak); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -169,7 +182,7 @@ func TestSafety(t *testing.T) {
 		b := budget{
 			min:  time.Duration(float64(run) * ph.share),
 			max:  time.Duration(float64(limit) * ph.share),
-			want: int(targetOps * ph.share),
+			want: int(float64(want) * ph.share),
 		}
 		t.Run(ph.name, func(t *testing.T) {
 			runPhase(t, i, ph, b, workloads, func(spec lineSpec) *totals {
@@ -190,13 +203,17 @@ func TestSafety(t *testing.T) {
 	var guardedOps, unknown, between, settled int
 	lostRace := map[string]int{}
 	var ran time.Duration
-	kinds := map[string]bool{}
+	seen := map[string]bool{}
 	for _, key := range order {
 		s := all[key]
 		fmt.Println(s.line())
-		t.Logf("%s/%s: porcupine checked %d ops in %d shards in %v", s.workload, s.mode, s.linOps, s.linChecked, s.linTook.Round(time.Millisecond))
+		t.Logf("%s/%s: porcupine checked %d ops in %d shards in %v; hand-overs: %d, %d of them excused by a fault", s.workload, s.mode, s.linOps, s.linChecked, s.linTook.Round(time.Millisecond), s.succ.checked, s.succ.excused)
 		for k := range s.faults {
-			kinds[k] = true
+			seen[k] = true
+		}
+		if s.succ.early != 0 {
+			t.Errorf("%s/%s: %d of %d hand-overs admitted a successor before the holder learned its lease had ended; first: %v",
+				s.workload, s.mode, s.succ.early, s.succ.checked, s.succ.examples)
 		}
 		unknown += s.unknown
 		between += s.between
@@ -228,10 +245,10 @@ func TestSafety(t *testing.T) {
 			}
 		}
 	}
-	fmt.Printf("SAFETY total guarded ops=%d ops/s=%.0f fault-kinds=%d run=%v\n", guardedOps, float64(guardedOps)/ran.Seconds(), len(kinds), took)
+	fmt.Printf("SAFETY total guarded ops=%d ops/s=%.0f fault-kinds=%d run=%v\n", guardedOps, float64(guardedOps)/ran.Seconds(), len(seen), took)
 	fmt.Printf("SAFETY lease release-reenter unknown-outcomes=%d calls-between=%d retries-settled=%d released-but-lost=%s\n", unknown, between, settled, counts(lostRace))
-	for _, k := range allKinds {
-		if !kinds[k] {
+	for _, k := range kinds {
+		if !seen[k] {
 			t.Errorf("fault %s never took effect in this run", k)
 		}
 	}
@@ -279,8 +296,16 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 	ctx, cancel := context.WithTimeout(context.Background(), b.max+2*time.Minute)
 	defer cancel()
 	setupStart := time.Now()
+	var err error
 	defer func() { t.Logf("phase took %v in all", time.Since(setupStart).Round(time.Millisecond)) }()
-	cluster, err := etcdtest.StartCluster(ctx, etcdtest.Config{Dir: t.TempDir(), Members: ph.members, NoFsync: true})
+	cfg := etcdtest.Config{Dir: t.TempDir(), Members: ph.members, NoFsync: true}
+	if ph.procs {
+		if cfg.Binary, err = etcdproc.Binary(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		setupStart = time.Now() // a first build is not the phase's
+	}
+	cluster, err := etcdtest.StartCluster(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
@@ -378,7 +403,7 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 	}()
 
 	// Nemeses, for the phase's budget.
-	n := &nemesis{t: t, phase: idx, members: ph.members, rec: rec, admin: admin, cluster: cluster, workers: workers, lines: lines, counts: make([]map[string]int, len(lines))}
+	n := &nemesis{t: t, phase: idx, members: ph.members, procs: ph.procs, rec: rec, admin: admin, cluster: cluster, workers: workers, lines: lines, counts: make([]map[string]int, len(lines))}
 	for i := range n.counts {
 		n.counts[i] = map[string]int{}
 	}
@@ -423,6 +448,7 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 				continue
 			}
 			st := rec.stats[i][shard]
+			tot.succ.add(checkSuccessors(st.holds, n.windows))
 			v, err := check.Check(history, st.acked, fin)
 			if err != nil {
 				t.Errorf("%s/%s shard %d: %v", l.spec.Workload, l.spec.mode(), shard, err)
@@ -556,6 +582,16 @@ type lineStats struct {
 	lostRace                    map[string]int // released, but ended as lost: by cause
 	acked                       []int64
 	history                     []check.Op
+	holds                       map[int64]*holdRec // by fencing token
+}
+
+// holdRec is one acquisition of a shard's lock: who held it, when Acquire
+// returned, and when the holder first learned the hold was over (0: not
+// yet), with the cause.
+type holdRec struct {
+	worker   int
+	acq, end int64 // Unix nanoseconds
+	cause    string
 }
 
 func (s *lineStats) add(o *lineStats) {
@@ -573,6 +609,19 @@ func (s *lineStats) add(o *lineStats) {
 		s.lostRace[k] += c
 	}
 	s.acked = append(s.acked, o.acked...)
+}
+
+// hold returns the record of the acquisition with token tok, making it.
+func (s *lineStats) hold(tok int64) *holdRec {
+	if s.holds == nil {
+		s.holds = map[int64]*holdRec{}
+	}
+	h := s.holds[tok]
+	if h == nil {
+		h = &holdRec{worker: -1}
+		s.holds[tok] = h
+	}
+	return h
 }
 
 // shardKey names one shard of one line.
@@ -614,6 +663,14 @@ func (r *recorder) record(ev event) {
 			r.held[ev.Worker] = map[shardKey]bool{}
 		}
 		r.held[ev.Worker][shardKey{ev.Line, ev.Shard}] = ev.Kind == evAcquired
+		if ev.Kind == evAcquired && ev.Tok != 0 {
+			h := s.hold(ev.Tok)
+			h.worker, h.acq = ev.Worker, ev.At
+		}
+	case evSignal:
+		if h := s.hold(ev.Tok); h.end == 0 || ev.At < h.end {
+			h.end, h.cause = ev.At, ev.Msg
+		}
 	case evOp:
 		s.ops++
 		if r.specs[ev.Line].Guarded {
@@ -745,4 +802,32 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// The process profile of the safety suite: one phase on three etcd
+// members that run as server processes of the version FENCEKIT_ETCD_VERSION
+// names (3.7 by default; or FENCEKIT_ETCD_BIN's binary), while the cluster
+// nemesis freezes the leader or a follower with SIGSTOP past the lease TTL
+// and kills them with SIGKILL (restarting them from their data dirs), and
+// the other nemeses run as in TestSafety. Shorter than TestSafety: it runs
+// once per server version.
+const (
+	procRun       = 20 * time.Second
+	procMaxRun    = 30 * time.Second
+	procTargetOps = 5000
+)
+
+// procKinds are the faults every run of the process profile must see.
+var procKinds = []string{
+	faults.KindMemberSigstop, faults.KindLeaderSigstop, faults.KindMemberSigkill, faults.KindLeaderSigkill,
+	faults.KindPause, faults.KindRevoke, faults.KindDeleteKey, faults.KindSlowWriter,
+}
+
+// TestSafetyProcesses is the safety suite's process profile: see procRun.
+func TestSafetyProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs etcd server processes for half a minute")
+	}
+	t.Logf("etcd server %s", etcdproc.Version())
+	runSafety(t, []phase{{name: "etcd3-proc", members: 3, share: 1, procs: true}}, procRun, procMaxRun, procTargetOps, procKinds)
 }

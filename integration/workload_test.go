@@ -103,6 +103,10 @@ type event struct {
 	Elem   int64     `json:"e,omitempty"`
 	Op     *check.Op `json:"o,omitempty"` // evHist
 	Msg    string    `json:"m,omitempty"` // evBad
+	// Tok and At: the lease's fencing token and the wall-clock time
+	// (Unix nanoseconds) of evAcquired and evSignal.
+	Tok int64 `json:"r,omitempty"`
+	At  int64 `json:"t,omitempty"`
 }
 
 // Event kinds.
@@ -120,6 +124,9 @@ const (
 	evResolved = "res"  // a retried Release or Reenter settled
 	evBad      = "bad"  // an error outside lease's documented set
 	evLostRace = "race" // released (nil), but the lease ended as lost on its own
+	// evSignal: the holder learned its hold is over: it began to release
+	// (Msg "release") or the lease's Done closed (Msg: the cause).
+	evSignal = "sig"
 )
 
 // Refusals by the resource's fence: errStale and errUnverified match
@@ -258,12 +265,15 @@ func (w *lineWorker) loop(ctx context.Context) {
 			sleep(ctx, 20*time.Millisecond)
 			continue
 		}
-		w.send(evAcquired, 0)
+		tok := l.Fence().Revision
+		w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evAcquired, Tok: tok, At: time.Now().UnixNano()})
+		go w.watchEnd(ctx, l, tok)
 		holds := 1
 		if rand.IntN(reenterOdds) == 0 && w.settle(ctx, l, "reenter", l.Reenter) == nil {
 			holds++
 		}
 		w.hold(ctx, l)
+		w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evSignal, Tok: tok, At: time.Now().UnixNano(), Msg: "release"})
 		for i := range holds {
 			endedBefore := l.Err() != nil
 			// Not owner / not found after a fault: expected, and the
@@ -278,6 +288,27 @@ func (w *lineWorker) loop(ctx context.Context) {
 		w.send(evEnded, 0)
 		sleep(ctx, time.Duration(rand.IntN(30))*time.Millisecond)
 	}
+}
+
+// watchEnd reports when l's Done closes, with the cause, until ctx ends.
+func (w *lineWorker) watchEnd(ctx context.Context, l *lease.Lease, tok int64) {
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		return
+	}
+	at := time.Now().UnixNano()
+	cause := "other"
+	if errors.Is(l.Err(), lease.ErrReleased) {
+		cause = "released"
+	}
+	for _, c := range lossCauses {
+		if errors.Is(l.Err(), c.err) {
+			cause = c.name
+			break
+		}
+	}
+	w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evSignal, Tok: tok, At: at, Msg: cause})
 }
 
 // settle runs call (l's Release or Reenter) until its outcome is known,

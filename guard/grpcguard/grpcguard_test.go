@@ -435,7 +435,9 @@ func TestGRPCVerifierEtcdStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	locks.Close()
-	c.Members[0].Stop()
+	for _, m := range c.Members { // every member: etcd is down
+		m.Stop()
+	}
 
 	newer := tok("items", holder.Fence().Revision+1)
 	for _, deadline := range []time.Duration{time.Second, 300 * time.Millisecond} {

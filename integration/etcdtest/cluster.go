@@ -40,8 +40,10 @@ type Cluster struct {
 }
 
 // Member is one member of a Cluster. It satisfies faults.Member, so
-// faults.CrashMember and faults.KillLeader can stop and restart it. Its
-// methods are safe for concurrent use.
+// faults.CrashMember and faults.KillLeader can stop and restart it, and
+// faults.ProcessMember, so that the Sigstop and Sigkill faults can freeze
+// and kill it when it is a process (Config.Binary). Its methods are safe
+// for concurrent use.
 type Member struct {
 	name      string
 	clientURL string
@@ -55,7 +57,7 @@ type Member struct {
 	proc *etcdproc.Member // with Config.Binary: the member's process
 }
 
-var _ faults.Member = (*Member)(nil)
+var _ faults.ProcessMember = (*Member)(nil)
 
 // StartCluster starts the cluster cfg describes and returns once every
 // member is ready and all agree on a leader (and, with
@@ -387,6 +389,17 @@ func (c *Cluster) Members() []*Member { return append([]*Member(nil), c.members.
 // faults.KillLeader.
 func (c *Cluster) FaultMembers() []faults.Member {
 	ms := make([]faults.Member, len(c.members))
+	for i, m := range c.members {
+		ms[i] = m
+	}
+	return ms
+}
+
+// ProcessMembers returns the members as faults.ProcessMember values, for
+// faults.SigstopLeader and faults.SigkillLeader. Their Pause and Resume
+// fail with ErrEmbedded unless the cluster runs processes (Config.Binary).
+func (c *Cluster) ProcessMembers() []faults.ProcessMember {
+	ms := make([]faults.ProcessMember, len(c.members))
 	for i, m := range c.members {
 		ms[i] = m
 	}

@@ -45,7 +45,8 @@
 // (except WithUnixSockets and WithLogger: each process logs to
 // <dir>/<member>.log), and each Member gains Kill (SIGKILL: a crash),
 // Pause (SIGSTOP: a frozen machine whose sockets still accept
-// connections), Resume and PID. Close stops every process by its PID, and
+// connections), Resume and PID (faults.SigstopMember, SigstopLeader,
+// SigkillMember and SigkillLeader use them; ProcessMembers lists them). Close stops every process by its PID, and
 // on Linux the kernel kills them if the test process dies. fencekit's own
 // CI builds 3.5, 3.6 and 3.7 servers this way from its tools/etcdserver
 // module.

@@ -20,6 +20,12 @@
 //   - CrashMember and KillLeader: an etcd member, or whichever is the
 //     leader, stops and restarts on Heal. RestartMember stops a member and
 //     starts it again at once from its data dir, while holders renew.
+//   - SigstopMember and SigstopLeader: a member's process, or the
+//     leader's, frozen with SIGSTOP (its connections stay open and answer
+//     nothing) and continued with SIGCONT on Heal. SigkillMember and
+//     SigkillLeader: killed with SIGKILL (no leadership hand-over) and
+//     restarted on Heal. They need a ProcessMember: a member of an
+//     etcdtest cluster started with etcdtest.WithBinary.
 //   - SwitchMember: a client's links to every member but one are cut and
 //     its connections reset, so it reconnects to another member and
 //     re-establishes its watches and keep-alives there.

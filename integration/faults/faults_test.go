@@ -351,3 +351,77 @@ func TestCompactedWatch(t *testing.T) {
 		t.Errorf("acquire after the fault: %v", err)
 	}
 }
+
+// The process-level member faults: a frozen leader is replaced and runs
+// again after Heal; a killed one is replaced and restarted on Heal; a
+// frozen or killed follower leaves the cluster serving.
+func TestSignalFaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := etcdtest.StartCluster(t, 3)
+	members := make([]faults.ProcessMember, len(c.Members))
+	for i, m := range c.Members {
+		members[i] = m
+	}
+	cli := etcdtest.Client(t, c)
+	for _, f := range []faults.Fault{faults.SigstopLeader(members...), faults.SigkillLeader(members...)} {
+		old := c.Leader()
+		if err := f.Inject(ctx); err != nil {
+			t.Fatalf("%s: %v", f.Kind(), err)
+		}
+		if f.Kind() == faults.KindLeaderSigstop && !c.Members[old].Paused() {
+			t.Errorf("%s: m%d not paused", f.Kind(), old)
+		}
+		if f.Kind() == faults.KindLeaderSigkill && c.Members[old].Running() {
+			t.Errorf("%s: m%d still running", f.Kind(), old)
+		}
+		if err := f.Inject(ctx); err == nil {
+			t.Errorf("%s: a second Inject before Heal succeeded", f.Kind())
+		}
+		if err := c.WaitLeader(ctx); err != nil {
+			t.Fatalf("%s: %v", f.Kind(), err)
+		}
+		if now := c.Leader(); now == old || now < 0 {
+			t.Errorf("%s: leader = m%d, was m%d", f.Kind(), now, old)
+		}
+		if err := f.Heal(ctx); err != nil {
+			t.Fatalf("%s: %v", f.Kind(), err)
+		}
+		if m := c.Members[old]; !m.Running() || m.Paused() {
+			t.Errorf("%s: m%d running=%v paused=%v after Heal", f.Kind(), old, m.Running(), m.Paused())
+		}
+		if err := c.WaitLeader(ctx); err != nil {
+			t.Fatalf("%s: after heal: %v", f.Kind(), err)
+		}
+	}
+	follower := c.Members[(c.Leader()+1)%len(c.Members)]
+	for _, f := range []faults.Fault{faults.SigstopMember(follower), faults.SigkillMember(follower)} {
+		if err := f.Inject(ctx); err != nil {
+			t.Fatalf("%s: %v", f.Kind(), err)
+		}
+		// A request sent to the frozen member hangs: each try has
+		// its own deadline, and the client's balancer sends the next
+		// to another member.
+		var err error
+		for range 5 {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = cli.Put(pctx, "k", f.Kind())
+			cancel()
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Errorf("%s: put: %v", f.Kind(), err)
+		}
+		if err := f.Heal(ctx); err != nil {
+			t.Fatalf("%s: %v", f.Kind(), err)
+		}
+		if !follower.Running() || follower.Paused() {
+			t.Errorf("%s: %s not back after Heal", f.Kind(), follower.Name)
+		}
+	}
+	if err := faults.SigstopLeader().Inject(ctx); !errors.Is(err, faults.ErrNoTarget) {
+		t.Errorf("SigstopLeader of no members: %v, want ErrNoTarget", err)
+	}
+}

@@ -305,16 +305,25 @@ func (m *Member) exitError(p *process) error {
 	return err
 }
 
-// logTail returns the end of m's log file.
+// logTail returns the end of m's log file, without the lines of its
+// /health checks (a start that waits for a leader writes two every 10 ms,
+// which would hide why there is none).
 func (m *Member) logTail() string {
 	b, err := os.ReadFile(m.logFile)
 	if err != nil {
 		return err.Error()
 	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
+	var keep []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "/health") {
+			keep = append(keep, line)
+		}
 	}
-	return string(b)
+	tail := strings.Join(keep, "\n")
+	if len(tail) > 3000 {
+		tail = tail[len(tail)-3000:]
+	}
+	return tail
 }
 
 // httpClient reads metrics and health; a paused member must not block it,

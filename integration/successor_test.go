@@ -1,0 +1,164 @@
+//go:build unix
+
+package integration
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/integration/faults"
+)
+
+// successorStats is the verdict of the successor check over one shard or
+// line: loss must be signalled before a successor is admitted.
+type successorStats struct {
+	checked int // hand-overs checked
+	excused int // hand-overs a fault explains (see takenAway)
+	early   int // successors admitted before their predecessor knew
+	// examples of early hand-overs
+	examples []string
+}
+
+func (s *successorStats) add(o successorStats) {
+	s.checked += o.checked
+	s.excused += o.excused
+	s.early += o.early
+	for _, e := range o.examples {
+		if len(s.examples) < 5 {
+			s.examples = append(s.examples, e)
+		}
+	}
+}
+
+// takenAway names the faults that take a lease away behind its holder's
+// back: a successor may then be admitted before the holder hears of it,
+// as the lease package documents.
+var takenAway = map[string]bool{
+	faults.KindRevoke: true, faults.KindDeleteKey: true, faults.KindCompactedWatch: true,
+}
+
+// checkSuccessors checks every hand-over of one shard's lock, in token
+// order: the holder of one token must have learned that its hold was over
+// (it began to release, or its lease's Done closed) before the holder of
+// the next token's Acquire returned. A hand-over is excused when, between
+// the two acquisitions, a fault took leases away behind their holders'
+// backs (revoke, delete-key, compacted-watch), or froze the first holder's
+// worker process (it cannot signal anything while stopped).
+func checkSuccessors(holds map[int64]*holdRec, windows []window) successorStats {
+	var st successorStats
+	toks := make([]int64, 0, len(holds))
+	for tok, h := range holds {
+		if h.acq != 0 && h.worker >= 0 {
+			toks = append(toks, tok)
+		}
+	}
+	slices.Sort(toks)
+	for i := 1; i < len(toks); i++ {
+		prev, next := holds[toks[i-1]], holds[toks[i]]
+		st.checked++
+		if prev.end != 0 && prev.end <= next.acq+int64(observeSlack) {
+			continue
+		}
+		if excused(prev, next, windows) {
+			st.excused++
+			continue
+		}
+		st.early++
+		if len(st.examples) < 5 {
+			late := "never"
+			if prev.end != 0 {
+				late = time.Duration(prev.end - next.acq).String()
+			}
+			st.examples = append(st.examples, fmt.Sprintf("token %d (worker %d) admitted while token %d (worker %d, held %v) held on: it learned %s later (%s); faults meanwhile: %v",
+				toks[i], next.worker, toks[i-1], prev.worker, time.Duration(next.acq-prev.acq), late, prev.cause, during(min(prev.acq, next.acq), next.acq, windows)))
+		}
+	}
+	return st
+}
+
+// during names the faults among windows that overlap [from, to], each
+// with its start relative to to.
+func during(from, to int64, windows []window) []string {
+	var ws []string
+	for _, w := range windows {
+		if w.to >= from && w.from <= to {
+			ws = append(ws, fmt.Sprintf("%s@%v", w.kind, time.Duration(w.from-to).Round(time.Millisecond)))
+		}
+	}
+	return ws
+}
+
+// observeSlack is how much later than the next holder's admission the
+// previous holder may record its signal: both times are taken by
+// goroutines, which a loaded machine schedules late. A Client that misses
+// its validity deadline closes its leases' Done channels and only then
+// revokes its session, which admits the next holder at once; a worker
+// process with a hundred leases on that session wakes a hundred
+// goroutines, and the last may note the time after the revoke took effect
+// (seen: 12 ms).
+const observeSlack = 50 * time.Millisecond
+
+// excused reports whether a fault among windows explains an early
+// hand-over from prev to next. A worker process frozen just after its
+// Acquire returned records its acquisition when it wakes, possibly after
+// its successor's: the window starts at the earlier of the two.
+func excused(prev, next *holdRec, windows []window) bool {
+	from := min(prev.acq, next.acq)
+	for _, w := range windows {
+		if w.to < from || w.from > next.acq {
+			continue
+		}
+		if takenAway[w.kind] || (w.kind == faults.KindPause && w.worker == prev.worker) {
+			return true
+		}
+	}
+	return false
+}
+
+// The successor check finds a hand-over to a holder admitted before its
+// predecessor learned, unless a fault in between explains it.
+func TestCheckSuccessors(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	holds := map[int64]*holdRec{
+		10: {worker: 0, acq: 100 * ms, end: 200 * ms, cause: "release"},
+		20: {worker: 1, acq: 250 * ms, end: 400 * ms, cause: "deadline"}, // told before 30 came in
+		30: {worker: 2, acq: 300 * ms, end: 350 * ms, cause: "release"},  // admitted at 300, 20 told at 400
+		40: {worker: 3, acq: 500 * ms},                                   // 30 told at 350: fine
+	}
+	st := checkSuccessors(holds, nil)
+	if st.checked != 3 || st.early != 1 || st.excused != 0 || len(st.examples) != 1 {
+		t.Errorf("no faults: %+v, want 3 checked, 1 early", st)
+	}
+	st = checkSuccessors(holds, []window{{kind: faults.KindRevoke, worker: -1, from: 260 * ms, to: 270 * ms}})
+	if st.early != 0 || st.excused != 1 {
+		t.Errorf("a revoke in between: %+v, want it excused", st)
+	}
+	st = checkSuccessors(holds, []window{{kind: faults.KindPause, worker: 2, from: 260 * ms, to: 270 * ms}})
+	if st.early != 1 {
+		t.Errorf("another worker paused: %+v, want the early hand-over", st)
+	}
+	st = checkSuccessors(holds, []window{{kind: faults.KindPause, worker: 1, from: 100 * ms, to: 260 * ms}})
+	if st.early != 0 || st.excused != 1 {
+		t.Errorf("the predecessor's worker paused: %+v, want it excused", st)
+	}
+	// A worker frozen just after its Acquire returned records it late,
+	// after its successor: still excused by its pause.
+	frozen := map[int64]*holdRec{
+		50: {worker: 2, acq: 2000 * ms, end: 2001 * ms, cause: "session-expired"},
+		60: {worker: 0, acq: 1000 * ms},
+	}
+	st = checkSuccessors(frozen, []window{{kind: faults.KindPause, worker: 2, from: 100 * ms, to: 1990 * ms}})
+	if st.early != 0 || st.excused != 1 {
+		t.Errorf("the predecessor frozen before it noted its acquisition: %+v, want it excused", st)
+	}
+	// Within the observer's slack: not early.
+	slack := map[int64]*holdRec{
+		70: {worker: 3, acq: 100 * ms, end: 300*ms + int64(observeSlack)/2, cause: "deadline"},
+		80: {worker: 1, acq: 300 * ms},
+	}
+	if st = checkSuccessors(slack, nil); st.early != 0 {
+		t.Errorf("within the slack: %+v, want no early hand-over", st)
+	}
+}
