@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/testsupport/testkit"
-
 	"github.com/fencekit/fencekit/internal/etcdproc"
-	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/internal/faultproxy"
+	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/internal/testsupport/promtest"
+	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
