@@ -237,6 +237,9 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
 	}
+	if w.asked.Load() == rev {
+		l.asked.request() // asked while it was being admitted
+	}
 	if req.maxHold > 0 {
 		l.capHold(req.maxHold)
 	}

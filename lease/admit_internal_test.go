@@ -207,3 +207,54 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 	t.Fatal("no waiter watching its blocker")
 	return nil, nil
 }
+
+// A request to release that reaches a Client while its record heads the
+// queue but the acquisition is not yet a lease is kept by the waiter and
+// passed on when it becomes one.
+func TestAskWhileBeingAdmittedIsKept(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	h, err := holder.Acquire(ctx, "asked-early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "asked-early")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	w, _ := waitingBehind(t, c)
+	w.mu.Lock()
+	rev := w.myRev
+	w.mu.Unlock()
+	c.recs.ask(w.key, rev)   // as if the request came right before admission
+	c.recs.ask(w.key, rev-1) // a late request for an earlier record of the key
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Release(ctx)
+	select {
+	case <-l.ReleaseRequested():
+	default:
+		t.Fatal("the request that reached the waiter was lost at its admission")
+	}
+}

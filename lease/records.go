@@ -321,11 +321,25 @@ func (t *records) unlink(w *waiter) {
 	}
 }
 
-// heldLease returns the held lease whose record is key, or nil.
-func (t *records) heldLease(key string) *Lease {
+// ask delivers a request to release the record key created at rev: to
+// the lease that holds it, or to the waiter being admitted with it (the
+// request can only have been written once the record headed its queue,
+// which may be before the waiter became a lease; promote passes it on).
+func (t *records) ask(key string, rev int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.held[key]
+	if l := t.held[key]; l != nil {
+		if l.rev == rev {
+			l.asked.request()
+		}
+		return
+	}
+	if w := t.waiters[key]; w != nil {
+		// The newest revision: an older one is a request for an earlier
+		// record under the same key, handled late.
+		for old := w.asked.Load(); rev > old && !w.asked.CompareAndSwap(old, rev); old = w.asked.Load() {
+		}
+	}
 }
 
 // finish stops tracking l: the watch no longer judges its record, and

@@ -127,11 +127,8 @@ func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 
 // revision the request key names, that its release is requested, and
 // deletes the request.
 func (c *Client) handleAsk(ctx context.Context, ask, recordKey string) {
-	rev, err := strconv.ParseInt(ask[strings.LastIndexByte(ask, '-')+1:], 10, 64)
-	if err == nil {
-		if l := c.recs.heldLease(recordKey); l != nil && l.rev == rev {
-			l.asked.request()
-		}
+	if rev, err := strconv.ParseInt(ask[strings.LastIndexByte(ask, '-')+1:], 10, 64); err == nil {
+		c.recs.ask(recordKey, rev)
 	}
 	if _, err := c.etcd.Delete(ctx, ask); err != nil && ctx.Err() == nil {
 		c.log.Debug("lease release request not deleted; it goes with its session", slog.String("error", err.Error()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
@@ -43,8 +44,11 @@ type waiter struct {
 	// uncertain: a write of the record got no reply, so it may still
 	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
 	uncertain bool
-	position  int       // records that blocked it when it queued
-	queued    time.Time // when the acquisition started
+	// asked is the creation revision of the record a request to release
+	// named while the waiter was being admitted (see records.ask), or 0.
+	asked    atomic.Int64
+	position int       // records that blocked it when it queued
+	queued   time.Time // when the acquisition started
 
 	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
