@@ -205,6 +205,17 @@
 //     TTL logs a warning and counts fencekit_lease_foreign_records_total.
 //     Delete such a key by hand (etcdctl del KEY).
 //
+// # Per-acquisition options and requests to release
+//
+// Acquire, TryAcquire and Do take AcquireOptions: WithMaxHold(d) ends the
+// lease after d even while renewals succeed (cause ErrMaxHold), before its
+// record is deleted so that the next holder starts after the end;
+// WithMetadata(text) stores a short note with the record, which Inspect
+// (Record.Value) and Lease.Metadata show. Client.RequestRelease asks the
+// holder of a given fence to let go, without taking anything: the
+// holder's Lease.ReleaseRequested closes, and Do cancels its function with
+// ErrReleaseRequested and releases. ForceRelease remains the hard way.
+//
 // # Server versions
 //
 // Before granting its first session, a Client reads the version of each of
