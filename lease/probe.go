@@ -46,8 +46,8 @@ func (c *Client) Headroom() (d time.Duration, ok bool) {
 // locks. Choose minHeadroom below the TTL less the safety margin less a
 // third of the TTL (the headroom right before a regular renewal), or Ready
 // fails between renewals; Healthy applies the same rule with half the
-// TTL less the margin. A negative minHeadroom is refused with a *NotReadyError that
-// says so.
+// TTL less the margin. A negative minHeadroom is refused with a
+// *NotReadyError that says so.
 func (c *Client) Ready(minHeadroom time.Duration) error {
 	if minHeadroom < 0 {
 		return &NotReadyError{Min: minHeadroom, Reason: "the minimum headroom is negative"}
