@@ -29,8 +29,8 @@ func (f acquireOptionFunc) apply(r *request) error { return f(r) }
 // lock. A holder whose work wedges, yet keeps its process alive and its
 // renewals going, thus gives the lock up after d. d must be positive.
 //
-// The cap is measured on the holder's monotonic clock from the moment
-// Acquire returned; a Release before it ends the lease as usual. A cap is
+// The cap is measured on the holder's monotonic clock from the moment the
+// acquisition was admitted; a Release before it ends the lease as usual. A cap is
 // not a deadline for others: a holder cut off from etcd still ends at its
 // validity deadline, whichever comes first.
 func WithMaxHold(d time.Duration) AcquireOption {
