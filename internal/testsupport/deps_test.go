@@ -22,17 +22,18 @@ func TestTestSupportOnlyInTests(t *testing.T) {
 	patterns := []string{"github.com/fencekit/fencekit/...", "github.com/fencekit/fencekit/integration/...",
 		"github.com/fencekit/fencekit/redisguard/...", "github.com/fencekit/fencekit/k8s/...",
 		"github.com/fencekit/fencekit/cmd/fencekit/..."}
-	checked := 0
+	checked, listed := 0, 0
 	for _, p := range patterns {
 		out, err := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", p).Output()
 		if err != nil {
 			t.Logf("go list %s: %v (not in this build's workspace)", p, err)
 			continue
 		}
+		before := checked
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			pkg, deps, _ := strings.Cut(line, " ")
-			if pkg == "" || strings.HasPrefix(pkg, helpers) {
-				continue
+			if pkg == "" || strings.HasPrefix(pkg, helpers) || strings.Contains(pkg, "...") {
+				continue // a helper, or a pattern outside this build (go list -e)
 			}
 			checked++
 			for _, d := range strings.Fields(deps) {
@@ -41,9 +42,18 @@ func TestTestSupportOnlyInTests(t *testing.T) {
 				}
 			}
 		}
+		if checked > before {
+			listed++
+		}
 	}
-	if checked < 20 {
-		t.Fatalf("checked %d packages: go list found too few", checked)
+	// The core module alone (GOWORK=off, as CI's floor and newest runs
+	// build it) has about 15 production packages; the workspace, more.
+	minimum := 10
+	if listed > 1 {
+		minimum = 20
+	}
+	if checked < minimum {
+		t.Fatalf("checked %d packages in %d modules: go list found too few", checked, listed)
 	}
 	t.Logf("%d production packages, none depends on a test helper", checked)
 }
