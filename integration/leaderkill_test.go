@@ -366,28 +366,8 @@ func TestLeaderKillHandsOverWithinAnElection(t *testing.T) {
 // -benchtime=10x or more; each kill takes a few seconds with the restart.
 func BenchmarkLeaderKillStall(b *testing.B) {
 	pc := startProcCluster(b, 3, procTick, procElection)
-	holder, err := lease.New(pc.client(), lease.WithTTL(5*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer holder.Close()
-	waiter, err := lease.New(pc.client(), lease.WithTTL(5*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer waiter.Close()
-	var stalls []time.Duration
-	b.ResetTimer()
-	for range b.N {
-		stalls = append(stalls, leaderKillStall(b, pc, holder, waiter, "leaderkill"))
-	}
-	b.StopTimer()
-	slices.Sort(stalls)
-	median, worst := stalls[len(stalls)/2], stalls[len(stalls)-1]
-	b.ReportMetric(float64(median.Milliseconds()), "median-stall-ms")
-	b.ReportMetric(float64(worst.Milliseconds()), "max-stall-ms")
-	b.Logf("%d leader kills: lock stall median %v, max %v (election timeout %v, target %v)",
-		len(stalls), median.Round(time.Millisecond), worst.Round(time.Millisecond), procElection, procElection+time.Second)
+	benchLeaderStall(b, pc, pc.client, "leaderkill", false,
+		fmt.Sprintf("leader kills (election timeout %v, target %v)", procElection, procElection+time.Second))
 }
 
 // BenchmarkLeaderFreezeStall is BenchmarkLeaderKillStall with the leader
@@ -397,28 +377,34 @@ func BenchmarkLeaderKillStall(b *testing.B) {
 // (each continued with SIGCONT afterwards).
 func BenchmarkLeaderFreezeStall(b *testing.B) {
 	pc := startProcCluster(b, 3, procTick, procElection)
-	holder, err := lease.New(pc.keepAliveClient(), lease.WithTTL(5*time.Second))
-	if err != nil {
-		b.Fatal(err)
+	benchLeaderStall(b, pc, pc.keepAliveClient, "leaderfreeze", true,
+		fmt.Sprintf("leader freezes (election timeout %v)", procElection))
+}
+
+// benchLeaderStall runs b.N leader faults of pc (leaderFaultStall) between
+// a holder and a waiter on clients of newClient, and reports the median and
+// max stall; what describes the runs in the log line.
+func benchLeaderStall(b *testing.B, pc *procCluster, newClient func() *clientv3.Client, name string, freeze bool, what string) {
+	var locks [2]*lease.Client
+	for i := range locks {
+		c, err := lease.New(newClient(), lease.WithTTL(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		locks[i] = c
 	}
-	defer holder.Close()
-	waiter, err := lease.New(pc.keepAliveClient(), lease.WithTTL(5*time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer waiter.Close()
 	var stalls []time.Duration
 	b.ResetTimer()
 	for range b.N {
-		stalls = append(stalls, leaderFaultStall(b, pc, holder, waiter, "leaderfreeze", true))
+		stalls = append(stalls, leaderFaultStall(b, pc, locks[0], locks[1], name, freeze))
 	}
 	b.StopTimer()
 	slices.Sort(stalls)
 	median, worst := stalls[len(stalls)/2], stalls[len(stalls)-1]
 	b.ReportMetric(float64(median.Milliseconds()), "median-stall-ms")
 	b.ReportMetric(float64(worst.Milliseconds()), "max-stall-ms")
-	b.Logf("%d leader freezes: lock stall median %v, max %v (election timeout %v)",
-		len(stalls), median.Round(time.Millisecond), worst.Round(time.Millisecond), procElection)
+	b.Logf("%d %s: lock stall median %v, max %v", len(stalls), what, median.Round(time.Millisecond), worst.Round(time.Millisecond))
 }
 
 // The etcd leader freezes (SIGSTOP, as a frozen VM) while a holder that

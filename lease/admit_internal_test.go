@@ -130,33 +130,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 // deleted and then the holder ahead of it releases. The blocker's delete
 // arrives alone; the waiter must not hold a lock whose record is gone.
 func TestWaiterWhoseOwnDeleteIsLateIsNotAdmitted(t *testing.T) {
-	cl := etcdtest.Start(t)
-	cli := etcdtest.Client(t, cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	holder, err := New(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	h, err := holder.Acquire(ctx, "late")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	type result struct {
-		l   *Lease
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "late")
-		res <- result{l, err}
-	}()
+	ctx, cli, h, c, res := queueBehindHolder(t, "late")
 	w, own := waitingBehind(t, c)
 	own.cancel() // its events stop here
 	if _, err := cli.Delete(ctx, w.key); err != nil {
@@ -177,6 +151,41 @@ func TestWaiterWhoseOwnDeleteIsLateIsNotAdmitted(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Acquire did not return")
 	}
+}
+
+// acquired is what an Acquire returned.
+type acquired struct {
+	l   *Lease
+	err error
+}
+
+// queueBehindHolder starts a cluster, has one Client acquire name (h) and
+// another (c) wait for it in the background, whose Acquire's result res
+// delivers. Everything stops on cleanup.
+func queueBehindHolder(t *testing.T, name string) (ctx context.Context, cli *clientv3.Client, h *Lease, c *Client, res <-chan acquired) {
+	t.Helper()
+	cl := etcdtest.Start(t)
+	cli = etcdtest.Client(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	holder, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	if h, err = holder.Acquire(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = New(cli); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ch := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name)
+		ch <- acquired{l, err}
+	}()
+	return ctx, cli, h, c, ch
 }
 
 // waitingBehind waits until c's one waiter watches the record it queues
@@ -212,32 +221,7 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 // queue but the acquisition is not yet a lease is kept by the waiter and
 // passed on when it becomes one.
 func TestAskWhileBeingAdmittedIsKept(t *testing.T) {
-	cl := etcdtest.Start(t)
-	cli := etcdtest.Client(t, cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	holder, err := New(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	h, err := holder.Acquire(ctx, "asked-early")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	got := make(chan *Lease, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "asked-early")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	ctx, _, h, c, res := queueBehindHolder(t, "asked-early")
 	w, _ := waitingBehind(t, c)
 	w.mu.Lock()
 	rev := w.myRev
@@ -247,10 +231,11 @@ func TestAskWhileBeingAdmittedIsKept(t *testing.T) {
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := <-got
-	if l == nil {
-		t.FailNow()
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
+	l := r.l
 	defer l.Release(ctx)
 	select {
 	case <-l.ReleaseRequested():
