@@ -233,7 +233,6 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 	}
 	l.confirm(1, req.payload, rev)
 	l.fin.init()
-	l.asked = newReleaseAsk()
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
 	}

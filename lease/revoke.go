@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -135,21 +136,27 @@ func (c *Client) handleAsk(ctx context.Context, ask, recordKey string) {
 	}
 }
 
-// releaseAsk is a Lease's request to release: its ctx is cancelled once
-// asked.
+// releaseAsk is a Lease's request to release: its context is cancelled
+// once asked. It is made on first use (most leases are never asked, nor
+// watched for it), so that an acquisition costs nothing for it.
 type releaseAsk struct {
+	once   sync.Once
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
-func newReleaseAsk() releaseAsk {
-	ctx, cancel := context.WithCancel(context.Background())
-	return releaseAsk{ctx: ctx, cancel: cancel}
+// get returns the context that is cancelled once asked.
+func (a *releaseAsk) get() context.Context {
+	a.once.Do(func() { a.ctx, a.cancel = context.WithCancel(context.Background()) })
+	return a.ctx
 }
 
-func (a releaseAsk) request() { a.cancel() }
+func (a *releaseAsk) request() {
+	a.get()
+	a.cancel()
+}
 
 // ReleaseRequested is closed when someone asked this lease's holder to
 // release the lock (Client.RequestRelease). It stays open otherwise, also
 // after the lease ends.
-func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.ctx.Done() }
+func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.get().Done() }
