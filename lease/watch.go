@@ -31,23 +31,24 @@ type eventSink interface {
 // watch. A watch of someone else's record, or of a directory, is kept only
 // while a waiter needs it (refs).
 //
-// Its fields from refs on are guarded by the lock of the records table
-// that owns the watch set; those from id on by the watchStream's lock.
+// Its fields own, refs and idle are guarded by the lock of the records
+// table that owns the watch set; those from confirmed on by the
+// watchStream's lock. It is 96 bytes, plus its channel.
 type keyWatch struct {
 	key     string
-	prefix  bool          // every key under key
 	created chan struct{} // closed once etcd confirmed the watch
 	start   int64         // the watch delivers every event after this revision; set before created closes
+	prefix  bool          // every key under key
 
-	refs int       // waiters that wait behind key (or in the directory key)
 	own  bool      // key is one of the Client's record keys
+	refs int       // waiters that wait behind key (or in the directory key)
 	idle time.Time // when the sweep first found it unused; zero while used
 
-	id        int64 // the id of its latest create request; 0 once stopped
-	next      int64 // the revision to resume from: after the last event delivered; 0 until confirmed
 	confirmed bool  // created is closed
-	stopped   bool
-	resyncing bool // compacted or refused: a resync or retry asks for it again
+	stopped   bool  // stop ended it
+	resyncing bool  // compacted or refused: a resync or retry asks for it again
+	id        int64 // the id of its latest create request
+	next      int64 // the revision to resume from: after the last event delivered; 0 until confirmed
 }
 
 // confirm sets kw's start and closes created, once. The watchStream's
