@@ -73,6 +73,7 @@ func (s *watchStream) add(kw *keyWatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
+		kw.stopped = true
 		kw.confirm(math.MaxInt64) // nobody may rely on it
 		return
 	}
@@ -90,9 +91,12 @@ func (s *watchStream) stop(kw *keyWatch) {
 		return
 	}
 	kw.stopped = true
+	kw.confirm(math.MaxInt64)
+	if s.closed {
+		return // shutdown counted it
+	}
 	s.live--
 	s.stats.watching(-1)
-	kw.confirm(math.MaxInt64)
 	if kw.id != 0 {
 		delete(s.byID, kw.id)
 		s.queue(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
