@@ -206,7 +206,7 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 		c.recs.mu.Unlock()
 		if block != nil && own != nil {
 			select {
-			case <-block.created:
+			case <-c.recs.watches.created(block):
 				return w, own
 			default:
 			}

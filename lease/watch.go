@@ -33,33 +33,36 @@ type eventSink interface {
 //
 // Its fields own, refs and idle are guarded by the lock of the records
 // table that owns the watch set; those from confirmed on by the
-// watchStream's lock. It is 96 bytes, plus its channel.
+// watchStream's lock. It is 96 bytes.
 type keyWatch struct {
-	key     string
-	created chan struct{} // closed once etcd confirmed the watch
-	start   int64         // the watch delivers every event after this revision; set before created closes
-	prefix  bool          // every key under key
+	key    string
+	start  int64 // the watch delivers every event after this revision; set once confirmed (see watchStream.created)
+	prefix bool  // every key under key
 
 	own  bool      // key is one of the Client's record keys
 	refs int       // waiters that wait behind key (or in the directory key)
 	idle time.Time // when the sweep first found it unused; zero while used
 
-	confirmed bool  // created is closed
-	stopped   bool  // stop ended it
-	resyncing bool  // compacted or refused: a resync or retry asks for it again
-	id        int64 // the id of its latest create request
-	next      int64 // the revision to resume from: after the last event delivered; 0 until confirmed
+	waitc     chan struct{} // made for whoever waits for the confirmation before it came; nil after
+	confirmed bool          // start is set
+	stopped   bool          // stop ended it
+	resyncing bool          // compacted or refused: a resync or retry asks for it again
+	id        int64         // the id of its latest create request
+	next      int64         // the revision to resume from: after the last event delivered; 0 until confirmed
 }
 
-// confirm sets kw's start and closes created, once. The watchStream's
-// lock is held.
+// confirm sets kw's start, once, and wakes whoever waits for it. The
+// watchStream's lock is held.
 func (kw *keyWatch) confirm(start int64) {
 	if kw.confirmed {
 		return
 	}
 	kw.confirmed = true
 	kw.start = start
-	close(kw.created)
+	if kw.waitc != nil {
+		close(kw.waitc)
+		kw.waitc = nil
+	}
 }
 
 // covers reports whether the watch delivers the events of key.
@@ -112,6 +115,13 @@ func (ws *watchSet) drop(kw *keyWatch) {
 	}
 }
 
+// created returns a channel closed once etcd confirmed kw (or kw stopped
+// unconfirmed: then its start is MaxInt64); kw.start may be read after.
+// It needs no lock of the records table.
+func (ws *watchSet) created(kw *keyWatch) <-chan struct{} {
+	return ws.stream.created(kw)
+}
+
 // current reports whether kw is still one of the set's watches.
 func (ws *watchSet) current(kw *keyWatch) bool {
 	return kw != nil && ws.m[kw.key] == kw
@@ -131,10 +141,11 @@ func (ws *watchSet) watch(key string, prefix bool) *keyWatch {
 // starts at a revision not yet in the past is "synced" in etcd, so events
 // arrive in about a millisecond (one that starts in the past waits for
 // etcd's sweep of unsynced watchers, every 100 ms). Whoever needs events
-// from an earlier revision compares it with the watch's start once created
+// from an earlier revision compares it with the watch's start once it is
+// confirmed (created)
 // closes, and reads what it may have missed.
 func (ws *watchSet) start(key string, prefix bool) *keyWatch {
-	kw := &keyWatch{key: key, prefix: prefix, created: make(chan struct{})}
+	kw := &keyWatch{key: key, prefix: prefix}
 	ws.m[key] = kw
 	ws.stream.add(kw)
 	return kw

@@ -82,6 +82,24 @@ func (s *watchStream) add(kw *keyWatch) {
 	s.create(kw)
 }
 
+// closedChan is the channel created returns for a confirmed watch.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// created returns a channel closed once kw is confirmed: etcd confirmed
+// it, or it stopped unconfirmed (start MaxInt64). A watch allocates one
+// only while someone waits for it unconfirmed.
+func (s *watchStream) created(kw *keyWatch) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kw.confirmed {
+		return closedChan
+	}
+	if kw.waitc == nil {
+		kw.waitc = make(chan struct{})
+	}
+	return kw.waitc
+}
+
 // stop ends kw. A watch stopped before etcd confirmed it closes created
 // with start MaxInt64: whoever waits for it must read again.
 func (s *watchStream) stop(kw *keyWatch) {
@@ -260,7 +278,7 @@ func (s *watchStream) send(ctx context.Context, stream pb.Watch_WatchClient) err
 // stream must be opened again.
 func (s *watchStream) handle(resp *pb.WatchResponse) bool {
 	if resp.Created {
-		return s.created(resp)
+		return s.answered(resp)
 	}
 	s.mu.Lock()
 	kw := s.byID[resp.WatchId]
@@ -278,10 +296,10 @@ func (s *watchStream) handle(resp *pb.WatchResponse) bool {
 	return true
 }
 
-// created applies etcd's answer to the oldest create it had not answered.
-// It reports false when etcd refused it for a stale auth token, which
-// only a new stream refreshes.
-func (s *watchStream) created(resp *pb.WatchResponse) bool {
+// answered applies etcd's answer to the oldest create it had not
+// answered. It reports false when etcd refused it for a stale auth token,
+// which only a new stream refreshes.
+func (s *watchStream) answered(resp *pb.WatchResponse) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.creating) == 0 {
