@@ -81,13 +81,21 @@ func TestManyDirectoriesKeepTheirOwnWatches(t *testing.T) {
 
 	// Another Client's locks under the same prefix: none of their events
 	// reach c.
+	// Let the events of c's own writes arrive first.
 	events := gaugeValue(t, reg, "fencekit_lease_watch_events_total")
+	require.Eventually(t, func() bool {
+		e := events
+		time.Sleep(200 * time.Millisecond)
+		events = gaugeValue(t, reg, "fencekit_lease_watch_events_total")
+		return events == e
+	}, 10*time.Second, time.Millisecond, "c's own events keep coming")
 	other := newClient(t, etcdtest.Client(t, cl))
 	for i := range 20 {
 		l, err := other.Acquire(ctx, fmt.Sprintf("other-%d", i))
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 	}
+	time.Sleep(200 * time.Millisecond) // what would have reached c has
 	require.Equal(t, events, gaugeValue(t, reg, "fencekit_lease_watch_events_total"),
 		"events of another Client's locks reached this one")
 
