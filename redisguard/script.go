@@ -66,13 +66,13 @@ end
 local n = #KEYS - 1
 local out
 if n == 1 then
-  local argc = #ARGV
-  if argc == 5 then
+  local last = #ARGV
+  if last == 5 then
     out = redis.pcall(ARGV[4], KEYS[2], ARGV[5])
-  elseif argc == 4 then
+  elseif last == 4 then
     out = redis.pcall(ARGV[4], KEYS[2])
   else
-    out = redis.pcall(ARGV[4], KEYS[2], unpack(ARGV, 5, argc))
+    out = redis.pcall(ARGV[4], KEYS[2], unpack(ARGV, 5, last))
   end
   if type(out) == 'table' and out.err then return {'error', '0', out.err} end
 elseif n == 0 then
