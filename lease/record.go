@@ -44,14 +44,19 @@ func queueRead(keysOnly bool, limit int64, extra []clientv3.OpOption) []clientv3
 	return append(opts, extra...)
 }
 
-// admission computes, from the queue up to and including a record of kind
-// k (in creation order, ahead), the records that block it, and how few of
+// admission computes, from the queue ahead of a record of kind k created
+// at own (in creation order), the records that block it, and how few of
 // them admit it: the admission rule of every kind. It fails with
 // ErrMismatch when the queue holds records of a kind k cannot share a lock
-// with.
-func admission(k recordKind, ahead []*mvccpb.KeyValue) (map[string]int64, int, error) {
+// with. The record's own lock-delay marker, created with it, may sort
+// ahead of it and is skipped; anyone else's marker blocks like an
+// exclusive record (see WithLockDelay).
+func admission(k recordKind, ahead []*mvccpb.KeyValue, own int64) (map[string]int64, int, error) {
 	blockers := make(map[string]int64, len(ahead))
 	for _, kv := range ahead {
+		if kv.CreateRevision == own {
+			continue // its own marker: only one transaction writes at a revision
+		}
 		other, ok := kindOf(string(kv.Key))
 		switch {
 		case !ok:

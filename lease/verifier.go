@@ -118,7 +118,14 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 	if len(resp.Kvs) == 0 {
 		return "", 0, unverified(t, "the lock has no holder", nil)
 	}
-	head := resp.Kvs[0]
+	// A lock-delay marker never holds: the head is its record, if any.
+	head, err := resolveHead(ctx, v.etcd, resp.Kvs[0])
+	switch {
+	case err != nil:
+		return "", 0, fmt.Errorf("lease: verify token: read queue: %w", errors.Join(err, ctx.Err()))
+	case head == nil:
+		return "", 0, unverified(t, "the lock has no holder (it waits out a lock-delay)", nil)
+	}
 	if head.CreateRevision != t.Revision {
 		return "", 0, unverified(t, "not the revision of the lock's current holder", nil)
 	}
