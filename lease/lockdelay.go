@@ -62,12 +62,22 @@ const delaySlack = time.Second
 // for a hand-over without delay.
 func WithLockDelay(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(r *request) error {
-		if d <= 0 || d > MaxLockDelay {
-			return fmt.Errorf("%w: lock-delay %v is not in (0, %v]", ErrInvalidOption, d, MaxLockDelay)
+		if err := ValidateLockDelay(d); err != nil {
+			return err
 		}
 		r.lockDelay = roundUpSeconds(d)
 		return nil
 	})
+}
+
+// ValidateLockDelay returns nil for a delay WithLockDelay accepts: more
+// than 0 and at most MaxLockDelay; otherwise an error matching
+// ErrInvalidOption.
+func ValidateLockDelay(d time.Duration) error {
+	if d <= 0 || d > MaxLockDelay {
+		return fmt.Errorf("%w: lock-delay %v is not in (0, %v]", ErrInvalidOption, d, MaxLockDelay)
+	}
+	return nil
 }
 
 // roundUpSeconds rounds d up to whole seconds.
