@@ -20,7 +20,8 @@ import (
 // lock's, one from another etcd cluster, or one no acquisition made.
 //
 // A Verifier satisfies guard.Verifier and sqlguard.Verifier. Each Verify
-// is one linearizable etcd range read of the lock's queue; guard and
+// is one linearizable etcd range read of the lock's queue (two when the
+// queue's first key is a lock-delay marker, see WithLockDelay); guard and
 // sqlguard call it only for tokens that would raise a mark. The answer
 // holds at the moment of the read: the holder may lose the lock right
 // after, so a verified token is one that was current, not one that still
