@@ -179,12 +179,6 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("--progress %v must not be negative", f.progress)
 	case f.permitsSet && (f.permits < 1 || f.permits > lease.MaxPermits):
 		return fmt.Errorf("-n %d: want 1..%d permits (or no -n for a lock)", f.permits, lease.MaxPermits)
-	case f.maxHold < 0:
-		return fmt.Errorf("--max-hold %v must not be negative", f.maxHold)
-	case f.lockDelay < 0:
-		return fmt.Errorf("--lock-delay %v must not be negative", f.lockDelay)
-	case f.permitsSet && (f.maxHold > 0 || f.metadata != "" || f.lockDelay > 0):
-		return errors.New("--max-hold, --lock-delay and --metadata apply to a lock, not to a permit (-n)")
 	}
 	if _, err := f.acquireOptions(); err != nil {
 		return err
@@ -202,6 +196,14 @@ func (f *runFlags) check() error {
 // acquireOptions are the lease options of --max-hold, --lock-delay and
 // --metadata; an invalid one is an error naming its flag.
 func (f *runFlags) acquireOptions() ([]lease.AcquireOption, error) {
+	switch {
+	case f.maxHold < 0:
+		return nil, fmt.Errorf("--max-hold %v must not be negative", f.maxHold)
+	case f.lockDelay < 0:
+		return nil, fmt.Errorf("--lock-delay %v must not be negative", f.lockDelay)
+	case f.permitsSet && (f.maxHold > 0 || f.metadata != "" || f.lockDelay > 0):
+		return nil, errors.New("--max-hold, --lock-delay and --metadata apply to a lock, not to a permit (-n)")
+	}
 	var opts []lease.AcquireOption
 	if f.maxHold > 0 {
 		opts = append(opts, lease.WithMaxHold(f.maxHold))
