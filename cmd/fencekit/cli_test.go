@@ -330,6 +330,7 @@ func TestRunLockDelay(t *testing.T) {
 	released := time.Now()
 	code, _, errOut = fk(t, env, "run", "--try", "delayed", "--", "true")
 	assert.Equal(t, ExitNotAcquired, code, errOut)
+	assert.Contains(t, errOut, "lock-delay until ~")
 	code, table, errOut := fk(t, env, "status", "delayed")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, table, "lock-delay until ~")

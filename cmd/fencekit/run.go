@@ -488,7 +488,10 @@ func (f *runFlags) note(lock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
 	st, err := f.locks.Inspect(ctx, lock)
-	if err != nil || st.Holder == nil {
+	switch {
+	case err == nil && st.Holder == nil && !st.DelayedUntil.IsZero():
+		return fmt.Sprintf(" (a holder vanished without releasing: lock-delay until ~%s)", st.DelayedUntil.UTC().Format(time.RFC3339))
+	case err != nil || st.Holder == nil:
 		return ""
 	}
 	if f.permits > 0 {
