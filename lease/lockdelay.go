@@ -42,13 +42,19 @@ const delaySlack = time.Second
 // same transaction, so that it queues at the record's place; the marker is
 // attached to a second etcd lease of the session whose TTL is the
 // session's TTL plus d plus one second, renewed together with (just before)
-// the session. When the session ends, the record goes at once and the
-// marker about d + 1 s later; a ForceRelease moves the marker to a lease
-// of d + 1 s in the transaction that deletes the record; a Client whose
-// lease ends otherwise while its session lives does the same. Until the
-// marker goes, the lock is delayed ("fencekit status" shows "lock-delay
-// until"); the next holder thus starts at least d after the record
-// vanished, and at most d + 1 s plus etcd's lease-expiry lag after.
+// the session. When the session expires, the record goes at once and the
+// marker d to d + 1 s later. ForceRelease reads the marker in the
+// transaction that deletes the record and then moves it to a lease of
+// d + 1 s (a put keeps its creation revision, so its place); a Client
+// whose lease ends otherwise while its session lives (its record deleted
+// or overwritten, WithMaxHold) does the same. Until the marker goes the
+// lock is delayed (Inspect: LockState.DelayedUntil; "fencekit status":
+// "lock-delay until"). The next holder thus starts at least d after the
+// record vanished, provided etcd applies each session renewal within a
+// second of the lock-delay lease's renewal sent just before it; and
+// usually at most d + 1 s plus etcd's lease-expiry lag after (up to the
+// TTL + d + 1 s when a Client revokes or closes its session, or a
+// ForceRelease could not move the marker).
 //
 // d rounds up to whole seconds and must be positive and at most
 // MaxLockDelay, or the acquisition fails with ErrInvalidOption before

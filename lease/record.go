@@ -14,7 +14,12 @@ import (
 // candidate), ".r" for a read lock and ".s<n>" for a permit of a semaphore
 // of n. Its value is encodeValue(owner token, hold count[, payload]) and it
 // is attached to the session lease of the Client that wrote it. Records
-// under <prefix><name>/ queue in creation-revision order.
+// under <prefix><name>/ queue in creation-revision order. An exclusive
+// record written WithLockDelay has a lock-delay marker next to it,
+// <record key>.d<n>, created in the same transaction (so with the same
+// creation revision) on another lease of the session: it is no record
+// (kindOf rejects it) and blocks everyone but its own record's acquisition
+// like an exclusive record (see WithLockDelay and lockdelay.go).
 
 // lockDir returns the directory of the records of the lock called name:
 // <prefix><name>/.
