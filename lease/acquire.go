@@ -137,6 +137,12 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 		wakec: make(chan struct{}, 1), queued: time.Now()}
+	if req.lockDelay > 0 {
+		if w.mark, err = c.newMark(ctx, s, key, req.lockDelay); err != nil {
+			s.freeSlot(key)
+			return nil, err
+		}
+	}
 	w.fin.init()
 	if err := c.recs.subscribe(w); err != nil {
 		return nil, err
@@ -180,7 +186,7 @@ func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err err
 	case !written && !w.uncertain:
 		s.freeSlot(w.key) // nothing was written
 	default:
-		c.recs.abandon(s, w.key, val, w.uncertain)
+		c.recs.abandon(s, w.key, val, w.mark, w.uncertain)
 	}
 }
 

@@ -119,7 +119,14 @@
 //     record's owner gave up rather than released, one read of the queue
 //     ahead of it), plus every change in the directories of the
 //     semaphores it waits for, plus one keep-alive per session every
-//     TTL/3.
+//     TTL/3;
+//   - with WithLockDelay only: one more etcd lease per session and
+//     distinct delay (one grant on first use, one more keep-alive every
+//     TTL/3), the marker's put and delete inside the record's own
+//     transactions (two more events per acquire and release), and, for a
+//     waiter behind a holder that has a marker, one more read of the queue
+//     when the first of the two goes. Without the option nothing of this
+//     happens: no request, op or event is added.
 //
 // Its getters (Lease.Holds, Err, ValidUntil, Term.Value and the like)
 // read local state: they cost etcd nothing and never wait for a request.
@@ -215,6 +222,37 @@
 // holder of a given fence to let go, without taking anything: the
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
+//
+// # Lock-delay
+//
+// WithLockDelay(d) is for resources that cannot check fencing tokens:
+// when the acquisition's record disappears without a Release (its session
+// expired or was revoked, ForceRelease deleted it, WithMaxHold ended it),
+// the lock admits nobody for d, so that a late write of the vanished
+// holder lands first; a Release hands over at once. The delay lives in
+// etcd, so all participants honour it, whatever their options or version:
+// a marker key, <record key>.d<n>, written in the record's transaction
+// with the record's creation revision (its place in the queue), blocks
+// like an exclusive record. It is attached to a lease of the session's
+// with a TTL of the session's TTL + d + 1 s, renewed just before the
+// session (whose renewal waits for it), so it outlives the record by d
+// to d + 1 s when the session ends; a Release deletes it with the
+// record; ForceRelease, and a Client whose lease ends otherwise while its
+// session lives, move it to a lease of d + 1 s (a put keeps its creation
+// revision). The next holder thus starts at least d after the record
+// vanished (measured with d = 2 s: 3.0 s after a partition, 3.2-3.4 s
+// after ForceRelease or a maximum hold; a Release: 1-6 ms), provided etcd
+// applies a session renewal within a second of the lock-delay lease's
+// renewal sent just before it. d rounds up to whole seconds; at most
+// MaxLockDelay (a minute). A lease of d + 1 s below etcd's minimum TTL is
+// raised to it, which only lengthens the delay. Inspect shows a marker
+// as the record's Record.LockDelay, and a delay under way as
+// LockState.DelayedUntil with no Holder; the Verifier never takes a marker
+// for a holder. Markers cost a waiter that dies while it waits: those
+// behind it wait d after its record goes. Close ends leases without
+// releasing them: their markers wait out their lease, up to TTL + d + 1 s.
+// Sets, semaphores, read-write locks and elections take no
+// AcquireOption; they wait behind the markers they meet.
 //
 // # Server versions
 //

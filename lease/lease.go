@@ -34,9 +34,10 @@ type Lease struct {
 	rev      int64
 	sess     *session
 	acquired time.Time
-	written  string    // the value the acquisition wrote
-	position int       // records that blocked it when it queued
-	queued   time.Time // when the acquisition started
+	written  string     // the value the acquisition wrote
+	position int        // records that blocked it when it queued
+	queued   time.Time  // when the acquisition started
+	mark     *delayMark // the lock-delay marker written with the record; nil if none
 	// uncertain: a request that wrote this acquisition's record got no
 	// reply, so a copy of the write may still apply after the record is
 	// deleted (see orphan.uncertain).
@@ -186,6 +187,10 @@ func (l *Lease) end(err error) {
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
 	l.fin.finish()
+	if l.mark != nil && errors.Is(err, ErrLost) && l.sess.failure() == nil {
+		// Not released: the lock waits out the delay (see WithLockDelay).
+		l.c.bg.spawn(func() { l.c.expireMarker(l) })
+	}
 }
 
 // lostError is the Err of l lost for cause.

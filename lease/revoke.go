@@ -42,11 +42,13 @@ func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) err
 	if err != nil {
 		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	if len(head.Kvs) == 0 {
+	kv, err := c.holder(ctx, head.Kvs)
+	switch {
+	case err != nil:
+		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	case kv == nil:
 		return &NotHolderError{Lock: name, Revision: rev}
-	}
-	kv := head.Kvs[0]
-	if kv.CreateRevision != rev {
+	case kv.CreateRevision != rev:
 		return &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
 	}
 	if kv.Lease == 0 {
