@@ -86,19 +86,25 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 func (c *Client) acquireWithRetries(ctx context.Context, req request) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquireOnce(ctx, req)
-	for range 3 {
+	for tries := 0; ctx.Err() == nil; {
+		// errSkipped: a Term.Transfer passed this acquisition over,
+		// deleting its record; it queues again at the tail, however often
+		// that happens (each time, someone else was admitted).
 		// errNoSession: the session was revoked or expired before the
 		// Client noticed, and nothing was written. errRetired: the Client
 		// retired the session under this acquisition, which revokes its
 		// record. errSlotTaken: someone else wrote the key this
 		// acquisition was to use. Either way, try again (on a new
-		// session, with another key).
-		if !tryAgain(err) || ctx.Err() != nil {
-			break
+		// session, with another key), up to three times.
+		if !errors.Is(err, errSkipped) {
+			if !tryAgain(err) || tries == 3 {
+				break
+			}
+			tries++
 		}
 		l, err = c.acquireOnce(ctx, req)
 	}
-	if tryAgain(err) && ctx.Err() != nil {
+	if (tryAgain(err) || errors.Is(err, errSkipped)) && ctx.Err() != nil {
 		err = context.Cause(ctx) // it would have tried again but for ctx
 	}
 	if err != nil {
@@ -147,6 +153,9 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	var l *Lease
 	if err == nil {
 		l, err = c.awaitAdmission(ctx, w, queue, readRev, req)
+		if errors.Is(err, ErrKeyDeleted) && c.skipped(ctx, w) {
+			err = errSkipped
+		}
 	}
 	if err != nil {
 		c.giveUp(s, w, val, written, err)
@@ -215,8 +224,14 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 // run runs fn under l, as Do describes, and releases l.
 func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
-	var lost error
+	var (
+		lost   error
+		handed bool // fn transferred the term
+	)
 	defer func() {
+		if handed {
+			return
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
 		defer cancel()
 		relErr := l.Release(rctx)
@@ -237,5 +252,9 @@ func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context)
 	defer stop()
 	err = fn(actx)
 	lost = l.Err()
+	if errors.Is(lost, ErrTransferred) {
+		// fn handed the term on (Term.Transfer): nothing to release.
+		lost, handed = nil, true
+	}
 	return err
 }

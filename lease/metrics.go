@@ -28,7 +28,7 @@ type metrics struct {
 	// Children of the vectors above that every acquisition and call
 	// touches, looked up once (see resolve).
 	succeeded, held, cancelled, failed prometheus.Counter
-	done                               [opProclaim + 1]prometheus.Counter // results{op, "done"}, by opKind
+	done                               [opTransfer + 1]prometheus.Counter // results{op, "done"}, by opKind
 }
 
 func newMetrics() *metrics {
