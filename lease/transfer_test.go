@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,4 +223,94 @@ func TestRunTransfers(t *testing.T) {
 	require.NoError(t, err)
 	t2 := next.term(t, 5*time.Second)
 	require.NoError(t, t2.Resign(ctx))
+}
+
+// lossyKV drops the replies (or the requests) of the next transactions
+// it is armed for: a transfer whose reply is lost.
+type lossyKV struct {
+	clientv3.KV
+	drop    atomic.Int32 // transactions left to lose
+	applied bool         // lost replies: the transaction applies
+}
+
+func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn { return &lossyTxn{Txn: k.KV.Txn(ctx), kv: k} }
+
+type lossyTxn struct {
+	clientv3.Txn
+	kv *lossyKV
+}
+
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn    { t.Txn = t.Txn.If(cs...); return t }
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.kv.drop.Add(-1) < 0 {
+		t.kv.drop.Store(0)
+		return t.Txn.Commit()
+	}
+	if t.kv.applied {
+		if _, err := t.Txn.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("reply lost (test)")
+}
+
+// A Transfer whose reply is lost resends its transaction; the resend
+// finds the term's record gone and returns nil: the chosen candidate
+// leads. One whose requests are all lost returns an error matching
+// ErrOutcomeUnknown, with the term ended; its record is then deleted in
+// the background, and the candidate next in line leads with a higher
+// term.
+func TestTransferLostReply(t *testing.T) {
+	cl := etcdtest.Start(t)
+	ctx := ctxT(t, 60*time.Second)
+	direct := etcdtest.Client(t, cl)
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			name := fmt.Sprintf("lossy-%v", applied)
+			cli := etcdtest.Client(t, cl)
+			kv := &lossyKV{KV: cli.KV, applied: applied}
+			cli.KV = kv
+			leader := newClient(t, cli, lease.WithTTL(2*time.Second))
+			e, err := leader.Election(name)
+			require.NoError(t, err)
+			term, err := e.Campaign(ctx, "leader")
+			require.NoError(t, err)
+			b := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "b")
+			waitRecords(t, direct, name, 2)
+			c := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "c")
+			waitRecords(t, direct, name, 3)
+			cands, err := e.Candidates(ctx)
+			require.NoError(t, err)
+			require.Len(t, cands, 2)
+
+			if applied {
+				kv.drop.Store(1)
+				require.NoError(t, term.Transfer(ctx, cands[1]))
+				assert.ErrorIs(t, term.Err(), lease.ErrTransferred)
+				tc := c.term(t, 5*time.Second)
+				assert.Equal(t, cands[1].Term, tc.Fence())
+				require.NoError(t, tc.Resign(ctx))
+				tb := b.term(t, 5*time.Second)
+				assert.Greater(t, tb.Fence().Revision, tc.Fence().Revision, "b was passed over and queued again")
+				require.NoError(t, tb.Resign(ctx))
+				return
+			}
+			kv.drop.Store(1 << 20)
+			tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			err = term.Transfer(tctx, cands[1])
+			cancel()
+			require.ErrorIs(t, err, lease.ErrOutcomeUnknown)
+			assert.ErrorIs(t, term.Err(), lease.ErrTransferred, "the term ended before anything was sent")
+			kv.drop.Store(0) // the background delete gets through
+			tb := b.term(t, 10*time.Second)
+			assert.Greater(t, tb.Fence().Revision, term.Fence().Revision)
+			c.notLeading(t)
+			require.NoError(t, tb.Resign(ctx))
+			tc := c.term(t, 5*time.Second)
+			require.NoError(t, tc.Resign(ctx))
+		})
+	}
 }
