@@ -240,7 +240,7 @@ type lossyTxn struct {
 	kv *lossyKV
 }
 
-func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn    { t.Txn = t.Txn.If(cs...); return t }
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
 func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
 func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
 
