@@ -224,13 +224,10 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 // run runs fn under l, as Do describes, and releases l.
 func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
-	var (
-		lost   error
-		handed bool // fn transferred the term
-	)
+	var lost error
 	defer func() {
-		if handed {
-			return
+		if errors.Is(l.Err(), ErrTransferred) {
+			return // handed on (Term.Transfer, or a request to transfer): nothing to release
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
 		defer cancel()
@@ -248,13 +245,20 @@ func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context)
 	defer cancel()
 	actx, acancel := context.WithCancelCause(lctx)
 	defer acancel(nil)
-	stop := context.AfterFunc(l.asked.get(), func() { acancel(ErrReleaseRequested) })
-	defer stop()
+	asked := make(chan struct{})
+	stop := context.AfterFunc(l.asked.get(), func() {
+		defer close(asked)
+		l.honourAsk(ctx, acancel)
+	})
+	defer func() {
+		if !stop() {
+			<-asked // a transfer it started has ended
+		}
+	}()
 	err = fn(actx)
 	lost = l.Err()
 	if errors.Is(lost, ErrTransferred) {
-		// fn handed the term on (Term.Transfer): nothing to release.
-		lost, handed = nil, true
+		lost = nil // not a loss
 	}
 	return err
 }

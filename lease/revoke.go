@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -127,9 +128,13 @@ func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 
 // handleAsk tells the lease that holds the record recordKey, at the
 // revision the request key names, that its release is requested, and
 // deletes the request.
-func (c *Client) handleAsk(ctx context.Context, ask, recordKey string) {
+func (c *Client) handleAsk(ctx context.Context, ask, value string) {
+	// The value is the record key, then, for a request to transfer, a
+	// newline and the successor's term.
+	recordKey, succ, _ := strings.Cut(value, "\n")
+	to, _ := strconv.ParseInt(succ, 10, 64)
 	if rev, err := strconv.ParseInt(ask[strings.LastIndexByte(ask, '-')+1:], 10, 64); err == nil {
-		c.recs.ask(recordKey, rev)
+		c.recs.ask(recordKey, rev, max(to, 0))
 	}
 	if _, err := c.etcd.Delete(ctx, ask); err != nil && ctx.Err() == nil {
 		c.log.Debug("lease release request not deleted; it goes with its session", slog.String("error", err.Error()))
@@ -143,6 +148,10 @@ type releaseAsk struct {
 	once   sync.Once
 	ctx    context.Context
 	cancel context.CancelFunc
+	// to is the term of the candidate a request to transfer named
+	// (Election.RequestTransfer), set before the request is made; 0 for
+	// a request to release.
+	to atomic.Int64
 }
 
 // get returns the context that is cancelled once asked.
@@ -151,7 +160,12 @@ func (a *releaseAsk) get() context.Context {
 	return a.ctx
 }
 
-func (a *releaseAsk) request() {
+// request asks for a release, or for a transfer to the candidate whose
+// term is to (0: none named).
+func (a *releaseAsk) request(to int64) {
+	if to != 0 {
+		a.to.CompareAndSwap(0, to) // the first request named wins
+	}
 	a.get()
 	a.cancel()
 }

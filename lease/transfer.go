@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -341,13 +342,115 @@ func (c *Client) skipped(ctx context.Context, w *waiter) bool {
 	if rev == 0 || w.kind != exclusive {
 		return false
 	}
+	// One request: the note is there, and then deleted, or not.
 	key := skipKey(c.cfg.prefix, w.key, rev)
-	resp, err := c.etcd.Get(ctx, key, clientv3.WithCountOnly())
-	if err != nil || resp.Count == 0 {
+	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		// Unknown: a note left undeleted goes with its session.
+		c.log.Debug("lease transfer note not read", logattr.Lock(dirName(w.key)), slog.String("error", err.Error()))
 		return false
 	}
-	if _, err := c.etcd.Delete(ctx, key); err != nil {
-		c.log.Debug("lease transfer note not deleted; it goes with its session", logattr.Lock(dirName(w.key)), slog.String("error", err.Error()))
+	return resp.Succeeded
+}
+
+// RequestTransfer asks the leader whose term is term to hand it to the
+// waiting candidate to, from any process: the cooperative, cross-process
+// form of Term.Transfer, as Client.RequestRelease is of Release. The
+// request is written only if term still leads and to still waits, in one
+// transaction comparing both records' creation revisions; otherwise it
+// writes nothing and returns a *NotHolderError (term does not lead) or a
+// *NotCandidateError (to does not wait). Any other error means the
+// outcome is unknown; asking again is harmless.
+//
+// The leader hears it within the time an etcd watch event takes: its
+// Term.ReleaseRequested closes and Term.TransferRequested names to.
+// Election.Run (and Client.Do, for a plain Lease at the head of the
+// election's queue) acts on it by itself: it transfers the term, which
+// cancels its function's context with ErrTransferred; if to has left by
+// then, it cancels the context with ErrReleaseRequested and resigns as for
+// a request to release. A leader that holds its term from Campaign
+// decides itself (fencekit elect transfers once its command has exited).
+func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate) error {
+	if term <= 0 {
+		return fmt.Errorf("lease: request transfer %q: term %d is not positive", e.name, term)
 	}
-	return true
+	for range maxAttempts {
+		resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+		if err != nil {
+			return opErr("request transfer", e.name, errors.Join(rpcError(err), ctx.Err()))
+		}
+		q := resp.Kvs
+		switch {
+		case len(q) == 0:
+			return &NotHolderError{Lock: e.name, Revision: term}
+		case q[0].CreateRevision != term:
+			return &NotHolderError{Lock: e.name, Revision: term, Holder: q[0].CreateRevision}
+		case q[0].Lease == 0:
+			return opErr("request transfer", e.name, errors.New("the leader's record is kept by no session, so no Client can hear the request"))
+		}
+		ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == to.Term.Revision })
+		switch {
+		case to.Term.Lock != e.name:
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
+		case ti == 0:
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "it is the leader"}
+		case ti < 0:
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "no such candidate waits"}
+		}
+		head := string(q[0].Key)
+		put := clientv3.OpPut(askKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
+			clientv3.WithLease(clientv3.LeaseID(q[0].Lease)))
+		tr, err := e.c.etcd.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(head), "=", term),
+			clientv3.Compare(clientv3.CreateRevision(string(q[ti].Key)), "=", to.Term.Revision),
+		).Then(put).Commit()
+		switch {
+		case err != nil:
+			return opErr("request transfer", e.name, unknown(ctx, rpcError(err)))
+		case tr.Succeeded:
+			e.c.log.Info("lease transfer requested", logattr.Lock(e.name), logattr.Fence(term), slog.Int64("successor", to.Term.Revision))
+			return nil
+		}
+		// One of them went between the read and the write: read again.
+	}
+	return opErr("request transfer", e.name, errors.New("the queue kept changing; nothing was asked"))
+}
+
+// ReleaseRequested is closed when someone asked this term's leader to
+// resign (Client.RequestRelease) or to transfer the term
+// (Election.RequestTransfer; see TransferRequested). It stays open
+// otherwise, also after the term ends.
+func (t *Term) ReleaseRequested() <-chan struct{} { return t.l.ReleaseRequested() }
+
+// TransferRequested returns the candidate that Election.RequestTransfer
+// asked this term's leader to hand the term to (its Term only; Value is
+// empty), once ReleaseRequested has closed; ok is false while no transfer
+// was asked for.
+func (t *Term) TransferRequested() (to Candidate, ok bool) {
+	rev := t.l.asked.to.Load()
+	if rev == 0 {
+		return Candidate{}, false
+	}
+	return Candidate{Term: fence.Token{Lock: t.l.name, Revision: rev}}, true
+}
+
+// honourAsk acts on a request to release or transfer l while run runs fn
+// (cancel cancels fn's context): it transfers l when a successor was
+// named and still waits, and otherwise cancels fn's context with
+// ErrReleaseRequested, after which run releases l.
+func (l *Lease) honourAsk(ctx context.Context, cancel context.CancelCauseFunc) {
+	if to := l.asked.to.Load(); to != 0 && l.kind == exclusive {
+		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
+		err := l.transfer(tctx, Candidate{Term: fence.Token{Lock: l.name, Revision: to}})
+		tcancel()
+		if err != nil && l.Err() == nil {
+			l.c.log.LogAttrs(ctx, slog.LevelWarn, "lease transfer requested but not done; releasing instead",
+				append(l.attrs(), slog.String("error", err.Error()))...)
+		}
+		if l.Err() != nil {
+			return // transferred (or ended otherwise): fn's context is cancelled with the cause
+		}
+	}
+	cancel(ErrReleaseRequested)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
@@ -313,4 +314,86 @@ func TestTransferLostReply(t *testing.T) {
 			require.NoError(t, tc.Resign(ctx))
 		})
 	}
+}
+
+// Another process asks the leader to hand its term to a chosen candidate:
+// Election.Run transfers it by itself (its function's context cancelled
+// with ErrTransferred), and the chosen candidate leads. A request naming
+// a term that does not lead, or a candidate that does not wait, is
+// refused and writes nothing.
+func TestRequestTransfer(t *testing.T) {
+	cl := etcdtest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	direct := etcdtest.Client(t, cl)
+	const name = "asked-handoff"
+	c1 := newClient(t, etcdtest.Client(t, cl))
+	op := newClient(t, etcdtest.Client(t, cl)) // the operator's process
+	e1, err := c1.Election(name)
+	require.NoError(t, err)
+	eop, err := op.Election(name)
+	require.NoError(t, err)
+
+	running := make(chan *lease.Term, 1)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- e1.Run(ctx, "leader", func(rctx context.Context, term *lease.Term) error {
+			running <- term
+			<-rctx.Done()
+			if !errors.Is(context.Cause(rctx), lease.ErrTransferred) {
+				return fmt.Errorf("cancelled with %v", context.Cause(rctx))
+			}
+			return nil
+		})
+	}()
+	term := <-running
+	b := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "b")
+	waitRecords(t, direct, name, 2)
+	c := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "c")
+	waitRecords(t, direct, name, 3)
+	cands, err := eop.Candidates(ctx)
+	require.NoError(t, err)
+	require.Len(t, cands, 2)
+
+	before := snapshot(t, direct)
+	var nh *lease.NotHolderError
+	require.ErrorAs(t, eop.RequestTransfer(ctx, cands[0].Term.Revision, cands[1]), &nh)
+	assert.Equal(t, term.Fence().Revision, nh.Holder)
+	var nc *lease.NotCandidateError
+	require.ErrorAs(t, eop.RequestTransfer(ctx, term.Fence().Revision, lease.Candidate{Term: term.Fence()}), &nc)
+	require.ErrorAs(t, eop.RequestTransfer(ctx, term.Fence().Revision, lease.Candidate{Term: fence.Token{Lock: name, Revision: cands[1].Term.Revision + 1000}}), &nc)
+	assert.Equal(t, before, snapshot(t, direct), "a refused request wrote nothing")
+
+	require.NoError(t, eop.RequestTransfer(ctx, term.Fence().Revision, cands[1]))
+	tc := c.term(t, 5*time.Second)
+	assert.Equal(t, cands[1].Term, tc.Fence())
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after the transfer")
+	}
+	assert.ErrorIs(t, term.Err(), lease.ErrTransferred)
+	got, ok := term.TransferRequested()
+	assert.True(t, ok)
+	assert.Equal(t, cands[1].Term, got.Term)
+
+	// A term held from Campaign only hears the request; its leader acts.
+	b.notLeading(t)
+	cands, err = eop.Candidates(ctx)
+	require.NoError(t, err)
+	require.Len(t, cands, 1, "b was passed over and queued again")
+	require.NoError(t, eop.RequestTransfer(ctx, tc.Fence().Revision, cands[0]))
+	select {
+	case <-tc.ReleaseRequested():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader did not hear the request")
+	}
+	to, ok := tc.TransferRequested()
+	require.True(t, ok)
+	assert.Equal(t, cands[0].Term, to.Term)
+	assert.NoError(t, tc.Err(), "a term from Campaign is not transferred behind its leader's back")
+	require.NoError(t, tc.Transfer(ctx, to))
+	tb := b.term(t, 5*time.Second)
+	assert.Equal(t, cands[0].Term, tb.Fence())
+	require.NoError(t, tb.Resign(ctx))
 }

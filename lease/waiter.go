@@ -47,8 +47,9 @@ type waiter struct {
 	// asked is the creation revision of the record a request to release
 	// named while the waiter was being admitted (see records.ask), or 0.
 	asked    atomic.Int64
-	position int       // records that blocked it when it queued
-	queued   time.Time // when the acquisition started
+	askedTo  atomic.Int64 // the successor a request to transfer named, or 0
+	position int          // records that blocked it when it queued
+	queued   time.Time    // when the acquisition started
 
 	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
