@@ -216,6 +216,28 @@
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
 //
+// # Planned hand-off
+//
+// Term.Transfer(ctx, to) hands an election's term to a chosen candidate
+// that waits in its queue (Election.Candidates lists them, each named by
+// the term it would lead with): the leader's term ends first (Done
+// closes; its Context is cancelled with ErrTransferred) and then one
+// transaction, owner-checked like Release, deletes the leader's record, so
+// that to is admitted by that very transaction: no overlap, and no gap
+// beyond the watch event (plus, when candidates were passed over, one
+// read). A to that does not wait is refused with a *NotCandidateError
+// before anything ends or is written. Candidates queued between the
+// leader and to are passed over: the same transaction deletes their
+// records and leaves each a note under the prefix's reserved "/skipped/"
+// space, and their Campaign queues again at the tail by itself, so every
+// later term is still higher than every earlier one. From another process,
+// Election.RequestTransfer asks the leader (an ask, like RequestRelease,
+// naming the successor): Election.Run and Client.Do transfer by
+// themselves; a Term from Campaign sees Term.ReleaseRequested close and
+// Term.TransferRequested name the candidate. An unknown outcome ends the
+// term all the same; if the transfer did not apply, the Client deletes
+// the record in the background and the next candidate in line leads.
+//
 // # Server versions
 //
 // Before granting its first session, a Client reads the version of each of
