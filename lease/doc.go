@@ -224,8 +224,8 @@
 // closes; its Context is cancelled with ErrTransferred) and then one
 // transaction, owner-checked like Release, deletes the leader's record, so
 // that to is admitted by that very transaction: no overlap, and no gap
-// beyond the watch event (plus, when candidates were passed over, one
-// read). A to that does not wait is refused with a *NotCandidateError
+// beyond one watch event (the transaction leaves to a note under its
+// session's requests, which its Client watches anyway). A to that does not wait is refused with a *NotCandidateError
 // before anything ends or is written. Candidates queued between the
 // leader and to are passed over: the same transaction deletes their
 // records and leaves each a note under the prefix's reserved "/skipped/"

@@ -345,6 +345,17 @@ func (t *records) ask(key string, rev, to int64) {
 	}
 }
 
+// headed tells the waiter whose record key was created at rev that a
+// transfer made that record the head of its queue at revision at (see
+// waiter.headed).
+func (t *records) headed(key string, rev, at int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w := t.waiters[key]; w != nil {
+		w.headed(rev, at)
+	}
+}
+
 // finish stops tracking l: the watch no longer judges its record, and
 // when the record is gone (recordGone) its key may be reused. A tainted
 // session that l kept alive may retire. t.mu is held.

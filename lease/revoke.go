@@ -100,7 +100,7 @@ func (c *Client) watchAsks(s *session, from int64) {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
-					c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value))
+					c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision)
 				}
 				from = ev.Kv.ModRevision + 1
 			}
@@ -120,7 +120,7 @@ func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 
 		return from
 	}
 	for _, kv := range resp.Kvs {
-		c.handleAsk(ctx, string(kv.Key), string(kv.Value))
+		c.handleAsk(ctx, string(kv.Key), string(kv.Value), kv.ModRevision)
 	}
 	return resp.Header.Revision + 1
 }
@@ -128,13 +128,18 @@ func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 
 // handleAsk tells the lease that holds the record recordKey, at the
 // revision the request key names, that its release is requested, and
 // deletes the request.
-func (c *Client) handleAsk(ctx context.Context, ask, value string) {
+func (c *Client) handleAsk(ctx context.Context, ask, value string, at int64) {
 	// The value is the record key, then, for a request to transfer, a
-	// newline and the successor's term.
+	// newline and the successor's term, or, for the successor a transfer
+	// admitted at revision at, a newline and "admit" (see transferPlan).
 	recordKey, succ, _ := strings.Cut(value, "\n")
-	to, _ := strconv.ParseInt(succ, 10, 64)
 	if rev, err := strconv.ParseInt(ask[strings.LastIndexByte(ask, '-')+1:], 10, 64); err == nil {
-		c.recs.ask(recordKey, rev, max(to, 0))
+		if succ == admitNote {
+			c.recs.headed(recordKey, rev, at)
+		} else {
+			to, _ := strconv.ParseInt(succ, 10, 64)
+			c.recs.ask(recordKey, rev, max(to, 0))
+		}
 	}
 	if _, err := c.etcd.Delete(ctx, ask); err != nil && ctx.Err() == nil {
 		c.log.Debug("lease release request not deleted; it goes with its session", slog.String("error", err.Error()))

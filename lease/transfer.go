@@ -19,8 +19,8 @@ import (
 
 // MaxTransferSkip is the most candidates a Transfer may pass over: those
 // queued between the leader and the chosen successor. Each costs the
-// transfer's transaction two operations, and etcd bounds a transaction's
-// operations (128 by default).
+// transfer's transaction two operations (besides its own two), and etcd
+// bounds a transaction's operations (128 by default).
 const MaxTransferSkip = 50
 
 // Candidate is one candidate waiting in an election's queue, as
@@ -95,8 +95,10 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 // before it sends anything, and then one transaction, comparing this
 // term's owner token and record version as Release does, deletes the
 // term's record: to is admitted by that very transaction, so it leads
-// within the time its Client takes to see the delete (one watch event,
-// sometimes plus one read).
+// within the time its Client takes to hear of it: the transaction also
+// leaves to a note under its session's requests (see RequestRelease),
+// which that Client watches anyway, so one watch event admits it, without
+// a read.
 //
 // Candidates queued between the leader and to (at most MaxTransferSkip)
 // are passed over: the same transaction deletes their records too, and
@@ -221,7 +223,11 @@ func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
 		clientv3.Compare(clientv3.Value(string(p.own.Key)), "=", string(p.own.Value)),
 		clientv3.Compare(clientv3.CreateRevision(string(p.to.Key)), "=", p.to.CreateRevision),
 	}
-	ops := []clientv3.Op{clientv3.OpDelete(string(p.own.Key))}
+	// The successor's Client hears of it through its session's watch of
+	// requests (see waiter.headed), sooner than by reading the queue.
+	ops := []clientv3.Op{clientv3.OpDelete(string(p.own.Key)),
+		clientv3.OpPut(askKey(c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), string(p.to.Key)+"\n"+admitNote,
+			clientv3.WithLease(clientv3.LeaseID(p.to.Lease)))}
 	for _, kv := range p.skipped {
 		key := string(kv.Key)
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision))
@@ -320,6 +326,10 @@ func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {
 	l.c.met.result(opTransfer, "not_candidate").Inc()
 	return &NotCandidateError{Election: l.name, Revision: to.Term.Revision, Reason: reason, Resigned: resigned}
 }
+
+// admitNote ends the value of the note a transfer leaves its successor,
+// under the successor's requests (see Client.handleAsk).
+const admitNote = "admit"
 
 // skipKey is the note a transfer leaves for the candidate whose record
 // (recordKey, created at rev) it deleted to pass it over: under the
