@@ -379,9 +379,10 @@ func TestRequestTransfer(t *testing.T) {
 
 	// A term held from Campaign only hears the request; its leader acts.
 	b.notLeading(t)
-	cands, err = eop.Candidates(ctx)
-	require.NoError(t, err)
-	require.Len(t, cands, 1, "b was passed over and queued again")
+	require.Eventually(t, func() bool {
+		cands, err = eop.Candidates(ctx)
+		return err == nil && len(cands) == 1
+	}, 5*time.Second, 5*time.Millisecond, "b was passed over and queued again")
 	require.NoError(t, eop.RequestTransfer(ctx, tc.Fence().Revision, cands[0]))
 	select {
 	case <-tc.ReleaseRequested():
