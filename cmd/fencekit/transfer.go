@@ -77,6 +77,17 @@ func cmdTransfer(args []string, e *Env) int {
 	if err == nil {
 		err = el.RequestTransfer(ctx, leader, cand)
 	}
+	if err != nil {
+		return transferFailed(err, name, leader, e)
+	}
+	fmt.Fprintf(e.Stderr, "%s fencekit transfer: asked the leader of election %q (fence %d) to hand over to fence %d\n",
+		time.Now().UTC().Format(time.RFC3339), name, leader, cand.Term.Revision)
+	return ExitOK
+}
+
+// transferFailed reports a transfer that was refused or failed, and
+// returns the exit code.
+func transferFailed(err error, name string, leader int64, e *Env) int {
 	var nh *lease.NotHolderError
 	var nc *lease.NotCandidateError
 	switch {
@@ -89,12 +100,8 @@ func cmdTransfer(args []string, e *Env) int {
 	case errors.As(err, &nc), errors.Is(err, errNotUnique):
 		fmt.Fprintf(e.Stderr, "fencekit transfer: refused: %v; nothing asked\n", err)
 		return ExitRefused
-	case err != nil:
-		return fail(e, "transfer", exitCode(err), err)
 	}
-	fmt.Fprintf(e.Stderr, "%s fencekit transfer: asked the leader of election %q (fence %d) to hand over to fence %d\n",
-		time.Now().UTC().Format(time.RFC3339), name, leader, cand.Term.Revision)
-	return ExitOK
+	return fail(e, "transfer", exitCode(err), err)
 }
 
 // errNotUnique reports a --to-value that no waiting candidate, or more
