@@ -165,8 +165,13 @@
 // session ended during the wait, the waiter's record was removed, etcd was
 // unreachable, or, from Do, the lease was lost).
 //
+// Term.Transfer returns the same, or a *NotCandidateError (matching
+// ErrNotCandidate) when the chosen candidate is not waiting: nothing
+// changed, unless it left while the transfer was under way (Resigned).
+//
 // A lease ends, and its Done channel closes, when it is released, when the
-// Client closes, or when it is lost. Err says which: ErrReleased, ErrClosed,
+// Client closes, or when it is lost. Err says which: ErrReleased (or
+// ErrTransferred, which matches it, for a term handed on), ErrClosed,
 // or a *LostError matching ErrLost and one cause: ErrKeyDeleted,
 // ErrKeyOverwritten (seen through the watch, within milliseconds),
 // ErrSessionExpired (the session lease was revoked or expired: checked with
@@ -326,7 +331,8 @@
 //     under it);
 //  5. a waiter's view of its queue;
 //  6. a session's state;
-//  7. the set of locks found taken lately.
+//  7. the set of locks found taken lately;
+//  8. a Lease's bound contexts (Context), which its end cancels.
 //
 // Leases end, and their Done channels close, after these locks are
 // released. The ranks are in lockorder.go; tests built with the
