@@ -176,6 +176,7 @@ func (a *releaseAsk) request(to int64) {
 }
 
 // ReleaseRequested is closed when someone asked this lease's holder to
-// release the lock (Client.RequestRelease). It stays open otherwise, also
-// after the lease ends.
+// release the lock (Client.RequestRelease), or to hand it to a waiting
+// candidate (Election.RequestTransfer; Do then transfers). It stays open
+// otherwise, also after the lease ends.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.get().Done() }
