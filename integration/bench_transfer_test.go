@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,10 @@ import (
 //
 // Arms, interleaved in the same rounds (see interleave; each block is ops
 // hand-offs, and between two hand-offs, untimed, the old leader queues
-// again so that four candidates wait):
+// again so that four candidates wait; it does so once its successor's
+// term began, as a replaced pod rejoins after the hand-off, so that its
+// new record does not race the hand-off in either arm; candidates a
+// transfer passed over queue again at once, as they do in production):
 //
 //   - fencekit: Transfer to the chosen candidate.
 //   - resign: the leader resigns and the next candidate in line starts:
@@ -158,11 +162,32 @@ type benchRing struct {
 	e   *lease.Election // the first candidate's, to list the queue
 	led chan *lease.Term
 	cur *lease.Term
+
+	mu    sync.Mutex
+	began chan struct{} // closed when the term after cur begins
+}
+
+// succeeded waits until a term other than t was received by next (or
+// ctx ends).
+func (r *benchRing) succeeded(ctx context.Context, t *lease.Term) {
+	for {
+		r.mu.Lock()
+		cur, began := r.cur, r.began
+		r.mu.Unlock()
+		if cur != t && cur != nil {
+			return
+		}
+		select {
+		case <-began:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func newBenchRing(ctx context.Context, b *testing.B, eps []string, prefix string) *benchRing {
 	const n = 5
-	r := &benchRing{led: make(chan *lease.Term, n)}
+	r := &benchRing{led: make(chan *lease.Term, n), began: make(chan struct{})}
 	elections := make([]*lease.Election, n)
 	fleet(b, n, eps, func(i int, cli *clientv3.Client) (func(), error) {
 		c, err := lease.New(cli, lease.WithPrefix(prefix))
@@ -196,6 +221,7 @@ func newBenchRing(ctx context.Context, b *testing.B, eps []string, prefix string
 				}
 				select {
 				case <-t.Done():
+					r.succeeded(ctx, t) // rejoin once the successor began
 				case <-ctx.Done():
 					rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 					_ = t.Resign(rctx)
@@ -204,8 +230,7 @@ func newBenchRing(ctx context.Context, b *testing.B, eps []string, prefix string
 			}
 		}()
 	}
-	var err error
-	if r.cur, err = r.next(ctx); err != nil {
+	if _, err := r.next(ctx); err != nil {
 		b.Fatal(err)
 	}
 	return r
@@ -215,7 +240,11 @@ func newBenchRing(ctx context.Context, b *testing.B, eps []string, prefix string
 func (r *benchRing) next(ctx context.Context) (*lease.Term, error) {
 	select {
 	case t := <-r.led:
+		r.mu.Lock()
 		r.cur = t
+		close(r.began)
+		r.began = make(chan struct{})
+		r.mu.Unlock()
 		return t, nil
 	case <-time.After(30 * time.Second):
 		return nil, fmt.Errorf("no new term within 30 s")
