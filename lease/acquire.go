@@ -188,6 +188,8 @@ func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err err
 		// Keep the key claimed: it is not ours to reuse.
 	case !written && !w.uncertain:
 		s.freeSlot(w.key) // nothing was written
+	case errors.Is(err, errSkipped) && !w.uncertain:
+		s.freeSlot(w.key) // a transfer deleted the record, and no late write of it can come
 	default:
 		c.recs.abandon(s, w.key, val, w.uncertain)
 	}
