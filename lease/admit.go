@@ -238,7 +238,7 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		return nil, err
 	}
 	if w.asked.Load() == rev {
-		l.asked.request() // asked while it was being admitted
+		l.asked.request(w.askedTo.Load()) // asked while it was being admitted
 	}
 	if req.maxHold > 0 {
 		l.capHold(req.maxHold)

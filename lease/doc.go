@@ -172,8 +172,13 @@
 // session ended during the wait, the waiter's record was removed, etcd was
 // unreachable, or, from Do, the lease was lost).
 //
+// Term.Transfer returns the same, or a *NotCandidateError (matching
+// ErrNotCandidate) when the chosen candidate is not waiting: nothing
+// changed, unless it left while the transfer was under way (Resigned).
+//
 // A lease ends, and its Done channel closes, when it is released, when the
-// Client closes, or when it is lost. Err says which: ErrReleased, ErrClosed,
+// Client closes, or when it is lost. Err says which: ErrReleased (or
+// ErrTransferred, which matches it, for a term handed on), ErrClosed,
 // or a *LostError matching ErrLost and one cause: ErrKeyDeleted,
 // ErrKeyOverwritten (seen through the watch, within milliseconds),
 // ErrSessionExpired (the session lease was revoked or expired: checked with
@@ -253,6 +258,28 @@
 // releasing them: their markers wait out their lease, up to TTL + d + 1 s.
 // Sets, semaphores, read-write locks and elections take no
 // AcquireOption; they wait behind the markers they meet.
+//
+// # Planned hand-off
+//
+// Term.Transfer(ctx, to) hands an election's term to a chosen candidate
+// that waits in its queue (Election.Candidates lists them, each named by
+// the term it would lead with): the leader's term ends first (Done
+// closes; its Context is cancelled with ErrTransferred) and then one
+// transaction, owner-checked like Release, deletes the leader's record, so
+// that to is admitted by that very transaction: no overlap, and no gap
+// beyond one watch event (the transaction leaves to a note under its
+// session's requests, which its Client watches anyway). A to that does not wait is refused with a *NotCandidateError
+// before anything ends or is written. Candidates queued between the
+// leader and to are passed over: the same transaction deletes their
+// records and leaves each a note under the prefix's reserved "/skipped/"
+// space, and their Campaign queues again at the tail by itself, so every
+// later term is still higher than every earlier one. From another process,
+// Election.RequestTransfer asks the leader (an ask, like RequestRelease,
+// naming the successor): Election.Run and Client.Do transfer by
+// themselves; a Term from Campaign sees Term.ReleaseRequested close and
+// Term.TransferRequested name the candidate. An unknown outcome ends the
+// term all the same; if the transfer did not apply, the Client deletes
+// the record in the background and the next candidate in line leads.
 //
 // # Server versions
 //
@@ -342,7 +369,8 @@
 //     under it);
 //  5. a waiter's view of its queue;
 //  6. a session's state;
-//  7. the set of locks found taken lately.
+//  7. the set of locks found taken lately;
+//  8. a Lease's bound contexts (Context), which its end cancels.
 //
 // Leases end, and their Done channels close, after these locks are
 // released. The ranks are in lockorder.go; tests built with the

@@ -171,6 +171,10 @@ func (l *Lease) conclude(op opKind, res result) error {
 func (l *Lease) afterEnd(op opKind, first bool) (done bool, err error) {
 	switch err := l.Err(); {
 	case err == nil:
+	case errors.Is(err, ErrTransferred):
+		// Handed on: the record is the successor's business now, or
+		// being deleted in the background (see Term.Transfer).
+		return true, opErr(op.String(), l.name, err)
 	case err == ErrReleased && op == opRelease && l.lastRelease():
 		// The record went while this Release's outcome was unknown: this
 		// call is its retry.

@@ -663,7 +663,7 @@ loop:
 		case <-h.asked:
 			h.asked = nil
 			signalTree(pgid, skip, syscall.SIGTERM)
-			fmt.Fprintf(e.Stderr, "fencekit %s: asked to release %q (fencekit release --ask); sent SIGTERM to the command, releasing when it exits\n", f.cmd, h.name)
+			fmt.Fprintf(e.Stderr, "fencekit %s: asked to release %q (fencekit release --ask, or transfer); sent SIGTERM to the command, releasing when it exits\n", f.cmd, h.name)
 		case <-h.Done():
 			kill(lossCause(h.Err()))
 		case <-own.C:
