@@ -124,10 +124,14 @@ func (s *Set) Err() error {
 	return context.Cause(s.ctx)
 }
 
-// Context returns a copy of parent that is cancelled, with Err as its
-// cause, when the set ends. Call the CancelFunc when the work is done.
+// Context returns a copy of parent that carries the set's fencing tokens
+// (fence.NewTokensContext with Fences, so that guard's Transport and
+// grpcguard's client interceptors send them all with each request, and
+// each resource checks the token of its own lock), and that is cancelled,
+// with Err as its cause, when the set ends. Call the CancelFunc when the
+// work is done.
 func (s *Set) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := context.WithCancelCause(fence.NewTokensContext(parent, s.Fences()...))
 	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
 	return ctx, func() {
 		stop()
