@@ -34,7 +34,9 @@ func TokenFromHeader(h http.Header) (fence.Token, error) {
 // (package grpcguard uses it): a *fence.RefusedError with Outcome
 // fence.Missing for no value, and one with Outcome fence.Malformed (whose
 // Err is the reason) for several or for a value that is not a valid token.
-// Its Resource is empty: Serve names the Target.
+// Its Resource is empty: Serve names the Target. A request that may
+// carry a lease.Set's tokens is read with TokensFromValues instead: here a
+// list of several is malformed.
 func TokenFromValues(vs []string) (fence.Token, error) {
 	switch len(vs) {
 	case 0:
