@@ -194,15 +194,20 @@ func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) func(http.Handle
 			if ok {
 				tgt, ok = route(r)
 			}
-			ts, err := TokensFromHeader(r.Header)
+			t, many, err := readTokens(r.Header.Values(Header))
 			if !ok {
-				if err == nil {
-					r = r.WithContext(fence.NewTokensContext(r.Context(), ts...))
+				switch {
+				case err == nil && many != nil:
+					r = r.WithContext(fence.NewTokensContext(r.Context(), many...))
+				case err == nil:
+					r = r.WithContext(fence.NewContext(r.Context(), t))
 				}
 				next.ServeHTTP(w, r)
 				return
 			}
-			t := TokenForLock(ts, tgt.Lock)
+			if many != nil {
+				t = TokenForLock(many, tgt.Lock)
+			}
 			ran, err := g.Serve(r.Context(), tgt, t, err, func(ctx context.Context) error {
 				next.ServeHTTP(w, r.WithContext(ctx))
 				return nil

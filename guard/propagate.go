@@ -76,26 +76,47 @@ func TokensFromHeader(h http.Header) ([]fence.Token, error) {
 // rather than guessed at), or when there are more than fence.MaxTokens.
 // Its Resource is empty: Serve names the Target.
 func TokensFromValues(vs []string) ([]fence.Token, error) {
-	if len(vs) == 0 {
-		return nil, &fence.RefusedError{Outcome: fence.Missing}
+	one, many, err := readTokens(vs)
+	switch {
+	case err != nil:
+		return nil, err
+	case many != nil:
+		return many, nil
+	}
+	return []fence.Token{one}, nil
+}
+
+// readTokens is TokensFromValues, with a request of one token (the common
+// case) read without building a list: it returns that token alone, or the
+// list of several.
+func readTokens(vs []string) (one fence.Token, many []fence.Token, err error) {
+	switch {
+	case len(vs) == 0:
+		return fence.Token{}, nil, &fence.RefusedError{Outcome: fence.Missing}
+	case len(vs) == 1 && !strings.Contains(vs[0], ","):
+		t, err := fence.Parse(strings.Trim(vs[0], " \t"))
+		if err != nil {
+			return fence.Token{}, nil, malformed(err)
+		}
+		return t, nil, nil
 	}
 	var ts []fence.Token
 	for _, v := range vs {
 		for elem := range strings.SplitSeq(v, ",") {
 			if len(ts) == fence.MaxTokens {
-				return nil, malformed(fmt.Errorf("guard: more than %d tokens in one request", fence.MaxTokens))
+				return fence.Token{}, nil, malformed(fmt.Errorf("guard: more than %d tokens in one request", fence.MaxTokens))
 			}
 			t, err := fence.Parse(strings.Trim(elem, " \t"))
 			if err != nil {
-				return nil, malformed(err)
+				return fence.Token{}, nil, malformed(err)
 			}
 			ts = append(ts, t)
 		}
 	}
 	if err := fence.ValidateTokens(ts); err != nil {
-		return nil, malformed(err)
+		return fence.Token{}, nil, malformed(err)
 	}
-	return ts, nil
+	return fence.Token{}, ts, nil
 }
 
 func malformed(err error) error {
