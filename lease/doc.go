@@ -157,8 +157,12 @@
 // (Set.Lease(name)) if a call must.
 //
 // A set of k locks costs etcd what k acquisitions cost, in fewer
-// requests: one transaction of 2k operations (each record's put and each
-// queue's read) instead of k, each member's watch and admission as for an
+// requests: one transaction instead of k, which, as for one lock, compares
+// each lock's directory with nothing and puts the k records when every
+// lock looks free (none found taken lately), and otherwise puts each
+// record and reads each queue (2k operations; a set that finds a lock
+// taken in the first way writes the second way), each member's watch and
+// admission as for an
 // Acquire (k watched keys, and k goroutines while it waits), one
 // owner-checked transaction that deletes all k records at release, and k
 // reads and keep-alives for Set.Renew. In the model above a set counts
