@@ -145,6 +145,37 @@
 // apply after any later change. Renew is one read that checks the creation
 // revision and owner token, then a keep-alive.
 //
+// # Several locks at once
+//
+// Client.AcquireAll takes a Set of up to MaxSetSize exclusive locks, all or
+// nothing and without deadlock (see above). Each lock keeps its own
+// queue, record, owner token and fencing token; what the set shares is the
+// revision of the one transaction that wrote every record, so
+// Set.Fence(name) is that lock's normal token and Set.Revision is every
+// token's revision. A set's work runs under Set.Context, which is
+// cancelled when any of its leases ends (the cause names the lock) and
+// carries all of its tokens (fence.NewTokensContext): guard.Transport
+// sends them as one comma-separated Fencing-Token line, grpcguard one
+// metadata value each, and each resource checks the token of the lock it
+// is bound to. sqlguard's RunTxAll fences each row with its own token in
+// one transaction, so a superseded set cannot write one account of a
+// transfer and not the other. Release the set with Set.Release; Renew
+// renews every lease. A Set has no Reenter: reenter one of its leases
+// (Set.Lease(name)) if a call must.
+//
+// A set of k locks costs etcd what k acquisitions cost, in fewer
+// requests: one transaction instead of k, which, as for one lock, compares
+// each lock's directory with nothing and puts the k records when every
+// lock looks free (none found taken lately), and otherwise puts each
+// record and reads each queue (2k operations; a set that finds a lock
+// taken in the first way writes the second way), each member's watch and
+// admission as for an
+// Acquire (k watched keys, and k goroutines while it waits), one
+// owner-checked transaction that deletes all k records at release, and k
+// reads and keep-alives for Set.Renew. In the model above a set counts
+// as k own record keys (K) and, while it waits, as many waiting
+// acquisitions (W) as locks it still waits for.
+//
 // # Results
 //
 // Release, Renew and Reenter return:
