@@ -27,6 +27,10 @@
 // the owner token lets a holder manage its own lock record and is never sent
 // to other services; the fencing token is public and travels with every
 // write (see [NewContext], and the header and metadata helpers in guard).
+// A holder of several locks at once (a lease.Set) has one token per lock;
+// [NewTokensContext] carries them together, the guard transports send them
+// all, and each resource checks the token of its own lock
+// ([TokenFromContext], [ValidateTokens]).
 //
 // # Text form
 //

@@ -328,17 +328,100 @@ func unescape(enc string) (string, string) {
 	return b.String(), ""
 }
 
+// MaxTokens is the most tokens one context or request may carry: the
+// locks of one lease.Set (lease.MaxSetSize is no larger).
+const MaxTokens = 64
+
 type ctxKey struct{}
 
-// NewContext returns a copy of ctx that carries t. Client-side propagation
-// (the guard package's RoundTripper and gRPC interceptors) sends the token
-// found this way.
+// tokenList is what NewTokensContext stores for several tokens.
+type tokenList []Token
+
+// NewContext returns a copy of ctx that carries t alone, in place of any
+// token or tokens ctx carried. Client-side propagation (the guard
+// package's RoundTripper and gRPC interceptors) sends the token found this
+// way.
 func NewContext(ctx context.Context, t Token) context.Context {
 	return context.WithValue(ctx, ctxKey{}, t)
 }
 
-// FromContext returns the token carried by ctx, if any.
+// NewTokensContext returns a copy of ctx that carries ts, the tokens of
+// several locks (a lease.Set's Fences), in place of any token or tokens ctx
+// carried. Client-side propagation sends them all with each request, and a
+// resource picks the token of the lock it is bound to. With one token it
+// is NewContext(ctx, ts[0]); with none it returns a copy of ctx that
+// carries no token. ts is copied. It does not validate ts: ValidateTokens
+// does, and the guard transports refuse to send a list it refuses.
+func NewTokensContext(ctx context.Context, ts ...Token) context.Context {
+	switch len(ts) {
+	case 0:
+		return context.WithValue(ctx, ctxKey{}, nil)
+	case 1:
+		return NewContext(ctx, ts[0])
+	}
+	return context.WithValue(ctx, ctxKey{}, tokenList(append([]Token(nil), ts...)))
+}
+
+// FromContext returns the token carried by ctx when it carries exactly
+// one (NewContext, or NewTokensContext with one token). It reports false
+// for a ctx that carries none, or several: use TokensFromContext or
+// TokenFromContext for those.
 func FromContext(ctx context.Context) (Token, bool) {
 	t, ok := ctx.Value(ctxKey{}).(Token)
 	return t, ok
+}
+
+// TokensFromContext returns a copy of the tokens carried by ctx, in the
+// order given to NewTokensContext: one for NewContext, nil for none.
+func TokensFromContext(ctx context.Context) []Token {
+	switch v := ctx.Value(ctxKey{}).(type) {
+	case Token:
+		return []Token{v}
+	case tokenList:
+		return append([]Token(nil), v...)
+	}
+	return nil
+}
+
+// TokenFromContext returns the token of the lock called lock among the
+// tokens carried by ctx (one or several), if any.
+func TokenFromContext(ctx context.Context, lock string) (Token, bool) {
+	switch v := ctx.Value(ctxKey{}).(type) {
+	case Token:
+		if v.Lock == lock {
+			return v, true
+		}
+	case tokenList:
+		for _, t := range v {
+			if t.Lock == lock {
+				return t, true
+			}
+		}
+	}
+	return Token{}, false
+}
+
+// ValidateTokens returns nil when ts can travel together as one request's
+// tokens: 1 to MaxTokens valid tokens, no two for the same lock. Otherwise
+// it returns an error matching ErrInvalid (two tokens of one lock are
+// refused whatever their revisions: a resource could not tell which one
+// the sender meant).
+func ValidateTokens(ts []Token) error {
+	switch {
+	case len(ts) == 0:
+		return fmt.Errorf("%w: no tokens", ErrInvalid)
+	case len(ts) > MaxTokens:
+		return fmt.Errorf("%w: %d tokens, more than %d", ErrInvalid, len(ts), MaxTokens)
+	}
+	for i, t := range ts {
+		if err := t.Validate(); err != nil {
+			return err
+		}
+		for _, u := range ts[:i] {
+			if u.Lock == t.Lock {
+				return fmt.Errorf("%w: two tokens for lock %q (revisions %d and %d)", ErrInvalid, t.Lock, u.Revision, t.Revision)
+			}
+		}
+	}
+	return nil
 }

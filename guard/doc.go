@@ -33,6 +33,16 @@
 // (fence.FromContext). Other transports use [TokenFromValues] and
 // [Guard.Serve].
 //
+// A request that writes under several locks at once (a lease.Set) carries
+// one token per lock: fence.NewTokensContext puts them in the context,
+// [Transport] sends them as one comma-separated Header line ("42:a,42:b";
+// a request with one token is exactly as before), and grpcguard one
+// metadata value each. The server reads them with [TokensFromValues] and
+// checks the token of the lock the Target is bound to ([TokenForLock]):
+// none for that lock is fence.WrongLock; an empty element, an unparsable
+// token, two tokens of one lock (whatever their revisions) or more than
+// fence.MaxTokens is fence.Malformed.
+//
 // # Answers
 //
 // Every decision has a fence.Outcome, and every refusal is a

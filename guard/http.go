@@ -132,15 +132,19 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 // to a Target. For such a request it reads the token from Header and
 // serves the request through Do: the next handler runs only when the token
 // may write the resource, with the resource held until it returns, and
-// with the token in the request context (fence.FromContext). Otherwise it
-// answers with an application/problem+json body (see Problem):
+// with the token in the request context (fence.FromContext). A request
+// that carries several tokens (a lease.Set's: see TokensFromValues) is
+// checked with the token of the Target's lock (TokenForLock); the
+// handler's context carries that token alone. Otherwise it answers with
+// an application/problem+json body (see Problem):
 //
 //   - no token (fence.Missing): 428;
-//   - a token that does not parse or is invalid (revision <= 0, several
-//     Header lines; fence.Malformed): 400;
+//   - a token that does not parse or is invalid (revision <= 0, an empty
+//     list element, two tokens of one lock; fence.Malformed): 400;
 //   - a stale token (fence.Stale): 409, naming the resource, the token
 //     received and the mark;
-//   - a token for another lock (fence.WrongLock): 409;
+//   - a token for another lock, or several tokens none of which is for
+//     the Target's lock (fence.WrongLock, naming the first): 409;
 //   - with WithVerifier, a stale token the verifier confirms as the
 //     current holder's (the mark is ahead, fence.MarkAhead): 409;
 //   - with WithVerifier, a newer token the verifier did not confirm
@@ -155,8 +159,9 @@ func WithUnfencedMethods(methods ...string) HTTPOption {
 //
 // Requests whose method is unfenced (by default GET, HEAD and OPTIONS; see
 // WithUnfencedMethods) and requests route declines pass unchecked; when
-// they carry a valid token it is still put in their context, so that
-// calls they make onward propagate it.
+// they carry valid tokens these are still put in their context
+// (fence.NewTokensContext), so that calls they make onward propagate
+// them.
 //
 // The next handler must finish its writes before it returns: work it
 // leaves running afterwards is not fenced.
@@ -189,14 +194,20 @@ func (g *Guard) Middleware(route RouteFunc, opts ...HTTPOption) func(http.Handle
 			if ok {
 				tgt, ok = route(r)
 			}
+			t, many, err := readTokens(r.Header.Values(Header))
 			if !ok {
-				if t, err := TokenFromHeader(r.Header); err == nil {
+				switch {
+				case err == nil && many != nil:
+					r = r.WithContext(fence.NewTokensContext(r.Context(), many...))
+				case err == nil:
 					r = r.WithContext(fence.NewContext(r.Context(), t))
 				}
 				next.ServeHTTP(w, r)
 				return
 			}
-			t, err := TokenFromHeader(r.Header)
+			if many != nil {
+				t = TokenForLock(many, tgt.Lock)
+			}
 			ran, err := g.Serve(r.Context(), tgt, t, err, func(ctx context.Context) error {
 				next.ServeHTTP(w, r.WithContext(ctx))
 				return nil

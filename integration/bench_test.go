@@ -263,10 +263,10 @@ func loop(op func() error) func(ops int) error {
 }
 
 // fencekitCycle is one uncontended Acquire + Release of name.
-func fencekitCycle(c *lease.Client, name string) func() error {
+func fencekitCycle(c *lease.Client, name string, opts ...lease.AcquireOption) func() error {
 	ctx := context.Background()
 	return func() error {
-		l, err := c.Acquire(ctx, name)
+		l, err := c.Acquire(ctx, name, opts...)
 		if err != nil {
 			return err
 		}
@@ -328,6 +328,16 @@ func BenchmarkCycle(b *testing.B) {
 			{"floor", loop(floorCycle(floorCli, floorSess, "cycle-floor/lock"))},
 			{"watched", loop(floorCycle(watchedCli, watchedSess, watchedKey))},
 		}, [][2]string{{"fencekit", "floor"}, {"fencekit", "etcdmutex"}, {"watched", "etcdmutex"}, {"fencekit", "watched"}})
+	})
+	b.Run("lockdelay", func(b *testing.B) {
+		// The price of WithLockDelay: a marker put and delete inside the
+		// cycle's own two transactions (its lease is granted once, before
+		// the rounds). The plain arm runs the code every cycle runs.
+		delayed := benchLocks(b, benchClient(b, eps...), lease.WithPrefix("cycle-delay/"))
+		interleave(b, plan{rounds: 30, ops: 50, warmup: 50}, []arm{
+			{"plain", loop(fencekitCycle(fk, "lock"))},
+			{"lockdelay", loop(fencekitCycle(delayed, "lock", lease.WithLockDelay(time.Second)))},
+		}, [][2]string{{"lockdelay", "plain"}})
 	})
 }
 

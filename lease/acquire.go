@@ -86,19 +86,25 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lease, error) {
 func (c *Client) acquireWithRetries(ctx context.Context, req request) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquireOnce(ctx, req)
-	for range 3 {
+	for tries := 0; ctx.Err() == nil; {
+		// errSkipped: a Term.Transfer passed this acquisition over,
+		// deleting its record; it queues again at the tail, however often
+		// that happens (each time, someone else was admitted).
 		// errNoSession: the session was revoked or expired before the
 		// Client noticed, and nothing was written. errRetired: the Client
 		// retired the session under this acquisition, which revokes its
 		// record. errSlotTaken: someone else wrote the key this
 		// acquisition was to use. Either way, try again (on a new
-		// session, with another key).
-		if !tryAgain(err) || ctx.Err() != nil {
-			break
+		// session, with another key), up to three times.
+		if !errors.Is(err, errSkipped) {
+			if !tryAgain(err) || tries == 3 {
+				break
+			}
+			tries++
 		}
 		l, err = c.acquireOnce(ctx, req)
 	}
-	if tryAgain(err) && ctx.Err() != nil {
+	if (tryAgain(err) || errors.Is(err, errSkipped)) && ctx.Err() != nil {
 		err = context.Cause(ctx) // it would have tried again but for ctx
 	}
 	if err != nil {
@@ -137,6 +143,12 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	val := encodeValue(tok.Value(), 1, req.payload)
 	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 		wakec: make(chan struct{}, 1), queued: time.Now()}
+	if req.lockDelay > 0 {
+		if w.mark, err = c.newMark(ctx, s, key, req.lockDelay); err != nil {
+			s.freeSlot(key)
+			return nil, err
+		}
+	}
 	w.fin.init()
 	if err := c.recs.subscribe(w); err != nil {
 		return nil, err
@@ -147,6 +159,9 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 	var l *Lease
 	if err == nil {
 		l, err = c.awaitAdmission(ctx, w, queue, readRev, req)
+		if errors.Is(err, ErrKeyDeleted) && c.skipped(ctx, w) {
+			err = errSkipped
+		}
 	}
 	if err != nil {
 		c.giveUp(s, w, val, written, err)
@@ -179,8 +194,10 @@ func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err err
 		// Keep the key claimed: it is not ours to reuse.
 	case !written && !w.uncertain:
 		s.freeSlot(w.key) // nothing was written
+	case errors.Is(err, errSkipped) && !w.uncertain:
+		s.freeSlot(w.key) // a transfer deleted the record, and no late write of it can come
 	default:
-		c.recs.abandon(s, w.key, val, w.uncertain)
+		c.recs.abandon(s, w.key, val, w.mark, w.uncertain)
 	}
 }
 
@@ -217,6 +234,9 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
 	var lost error
 	defer func() {
+		if errors.Is(l.Err(), ErrTransferred) {
+			return // handed on (Term.Transfer, or a request to transfer): nothing to release
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
 		defer cancel()
 		relErr := l.Release(rctx)
@@ -233,9 +253,20 @@ func (c *Client) run(ctx context.Context, l *Lease, fn func(ctx context.Context)
 	defer cancel()
 	actx, acancel := context.WithCancelCause(lctx)
 	defer acancel(nil)
-	stop := context.AfterFunc(l.asked.get(), func() { acancel(ErrReleaseRequested) })
-	defer stop()
+	asked := make(chan struct{})
+	stop := context.AfterFunc(l.asked.get(), func() {
+		defer close(asked)
+		l.honourAsk(ctx, acancel)
+	})
+	defer func() {
+		if !stop() {
+			<-asked // a transfer it started has ended
+		}
+	}()
 	err = fn(actx)
 	lost = l.Err()
+	if errors.Is(lost, ErrTransferred) {
+		lost = nil // not a loss
+	}
 	return err
 }

@@ -55,7 +55,7 @@ func (c *Client) place(w *waiter, queue []*mvccpb.KeyValue, readRev int64, try b
 	if err := w.failure(); err != nil {
 		return 0, false, err
 	}
-	blockers, need, err := admission(w.kind, queue[:pos])
+	blockers, need, err := admission(w.kind, queue[:pos], myRev)
 	if err != nil {
 		return 0, false, err
 	}
@@ -182,7 +182,7 @@ func (c *Client) reread(ctx context.Context, w *waiter) error {
 			if pos < 0 {
 				return ErrKeyDeleted
 			}
-			blockers, need, err := admission(w.kind, resp.Kvs[:pos])
+			blockers, need, err := admission(w.kind, resp.Kvs[:pos], w.myRev)
 			if err != nil {
 				return err
 			}
@@ -230,6 +230,7 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		written:   encodeValue(w.tok.Value(), 1, req.payload),
 		position:  w.position,
 		queued:    w.queued,
+		mark:      w.mark,
 	}
 	l.confirm(1, req.payload, rev)
 	l.fin.init()
@@ -237,7 +238,7 @@ func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
 		return nil, err
 	}
 	if w.asked.Load() == rev {
-		l.asked.request() // asked while it was being admitted
+		l.asked.request(w.askedTo.Load()) // asked while it was being admitted
 	}
 	if req.maxHold > 0 {
 		l.capHold(req.maxHold)
@@ -253,4 +254,6 @@ type request struct {
 	payload string        // an election candidate's public value
 	op      string        // for errors: "acquire", "lock", ...
 	maxHold time.Duration // see WithMaxHold; 0: no cap
+	// lockDelay is the delay of WithLockDelay, in whole seconds; 0: none.
+	lockDelay time.Duration
 }

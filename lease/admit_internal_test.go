@@ -226,8 +226,8 @@ func TestAskWhileBeingAdmittedIsKept(t *testing.T) {
 	w.mu.Lock()
 	rev := w.myRev
 	w.mu.Unlock()
-	c.recs.ask(w.key, rev)   // as if the request came right before admission
-	c.recs.ask(w.key, rev-1) // a late request for an earlier record of the key
+	c.recs.ask(w.key, rev, 0)   // as if the request came right before admission
+	c.recs.ask(w.key, rev-1, 0) // a late request for an earlier record of the key
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

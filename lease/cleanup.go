@@ -14,6 +14,7 @@ import (
 type orphan struct {
 	value string
 	sess  *session
+	mark  *delayMark // the acquisition's lock-delay marker, deleted with the record; nil if none
 	// uncertain: a write of value may still be applied by etcd later (a
 	// request went out and its reply never came), so the record can appear
 	// after any delete. The entry then stays until its session ends: the
@@ -28,13 +29,13 @@ type orphan struct {
 // record's value; until it succeeds the key stays claimed, and a late
 // write that the watch sees is deleted at once. Records of a session that
 // ended go with it.
-func (t *records) abandon(s *session, key, value string, uncertain bool) {
+func (t *records) abandon(s *session, key, value string, mark *delayMark, uncertain bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || s.failure() != nil {
 		return
 	}
-	o := orphan{value: value, sess: s, uncertain: uncertain}
+	o := orphan{value: value, sess: s, mark: mark, uncertain: uncertain}
 	t.orphans[key] = o
 	t.cleanOrphan(key, o)
 	if uncertain {
@@ -88,8 +89,14 @@ func (t *records) cleanOrphan(key string, o orphan) {
 
 func (t *records) deleteOrphan(key string, o orphan) {
 	ctx, cancel := context.WithTimeout(t.bg.ctx, o.sess.ttl/3)
+	del, get := []clientv3.Op{clientv3.OpDelete(key)}, []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}
+	if o.mark != nil {
+		// The marker's key is this acquisition's alone (see delayMark),
+		// and it was written only with the record: it goes either way.
+		del, get = append(del, clientv3.OpDelete(o.mark.key)), append(get, clientv3.OpDelete(o.mark.key))
+	}
 	resp, err := t.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", o.value)).
-		Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+		Then(del...).Else(get...).Commit()
 	cancel()
 	if t.settleOrphan(key, o, resp, err) && t.bg.ctx.Err() == nil {
 		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))

@@ -121,7 +121,14 @@
 //     record's owner gave up rather than released, one read of the queue
 //     ahead of it), plus every change in the directories of the
 //     semaphores it waits for, plus one keep-alive per session every
-//     TTL/3.
+//     TTL/3;
+//   - with WithLockDelay only: one more etcd lease per session and
+//     distinct delay (one grant on first use, one more keep-alive every
+//     TTL/3), the marker's put and delete inside the record's own
+//     transactions (two more events per acquire and release), and, for a
+//     waiter behind a holder that has a marker, one more read of the queue
+//     when the first of the two goes. Without the option nothing of this
+//     happens: no request, op or event is added.
 //
 // Its getters (Lease.Holds, Err, ValidUntil, Term.Value and the like)
 // read local state: they cost etcd nothing and never wait for a request.
@@ -140,6 +147,37 @@
 // the holder that replaced it, and a request that etcd applies late can never
 // apply after any later change. Renew is one read that checks the creation
 // revision and owner token, then a keep-alive.
+//
+// # Several locks at once
+//
+// Client.AcquireAll takes a Set of up to MaxSetSize exclusive locks, all or
+// nothing and without deadlock (see above). Each lock keeps its own
+// queue, record, owner token and fencing token; what the set shares is the
+// revision of the one transaction that wrote every record, so
+// Set.Fence(name) is that lock's normal token and Set.Revision is every
+// token's revision. A set's work runs under Set.Context, which is
+// cancelled when any of its leases ends (the cause names the lock) and
+// carries all of its tokens (fence.NewTokensContext): guard.Transport
+// sends them as one comma-separated Fencing-Token line, grpcguard one
+// metadata value each, and each resource checks the token of the lock it
+// is bound to. sqlguard's RunTxAll fences each row with its own token in
+// one transaction, so a superseded set cannot write one account of a
+// transfer and not the other. Release the set with Set.Release; Renew
+// renews every lease. A Set has no Reenter: reenter one of its leases
+// (Set.Lease(name)) if a call must.
+//
+// A set of k locks costs etcd what k acquisitions cost, in fewer
+// requests: one transaction instead of k, which, as for one lock, compares
+// each lock's directory with nothing and puts the k records when every
+// lock looks free (none found taken lately), and otherwise puts each
+// record and reads each queue (2k operations; a set that finds a lock
+// taken in the first way writes the second way), each member's watch and
+// admission as for an
+// Acquire (k watched keys, and k goroutines while it waits), one
+// owner-checked transaction that deletes all k records at release, and k
+// reads and keep-alives for Set.Renew. In the model above a set counts
+// as k own record keys (K) and, while it waits, as many waiting
+// acquisitions (W) as locks it still waits for.
 //
 // # Results
 //
@@ -168,8 +206,13 @@
 // session ended during the wait, the waiter's record was removed, etcd was
 // unreachable, or, from Do, the lease was lost).
 //
+// Term.Transfer returns the same, or a *NotCandidateError (matching
+// ErrNotCandidate) when the chosen candidate is not waiting: nothing
+// changed, unless it left while the transfer was under way (Resigned).
+//
 // A lease ends, and its Done channel closes, when it is released, when the
-// Client closes, or when it is lost. Err says which: ErrReleased, ErrClosed,
+// Client closes, or when it is lost. Err says which: ErrReleased (or
+// ErrTransferred, which matches it, for a term handed on), ErrClosed,
 // or a *LostError matching ErrLost and one cause: ErrKeyDeleted,
 // ErrKeyOverwritten (seen through the watch, within milliseconds),
 // ErrSessionExpired (the session lease was revoked or expired: checked with
@@ -218,6 +261,59 @@
 // holder of a given fence to let go, without taking anything: the
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
+//
+// # Lock-delay
+//
+// WithLockDelay(d) is for resources that cannot check fencing tokens:
+// when the acquisition's record disappears without a Release (its session
+// expired or was revoked, ForceRelease deleted it, WithMaxHold ended it),
+// the lock admits nobody for d, so that a late write of the vanished
+// holder lands first; a Release hands over at once. The delay lives in
+// etcd, so all participants honour it, whatever their options or version:
+// a marker key, <record key>.d<n>, written in the record's transaction
+// with the record's creation revision (its place in the queue), blocks
+// like an exclusive record. It is attached to a lease of the session's
+// with a TTL of the session's TTL + d + 1 s, renewed just before the
+// session (whose renewal waits for it), so it outlives the record by d
+// to d + 1 s when the session ends; a Release deletes it with the
+// record; ForceRelease, and a Client whose lease ends otherwise while its
+// session lives, move it to a lease of d + 1 s (a put keeps its creation
+// revision). The next holder thus starts at least d after the record
+// vanished (measured with d = 2 s: 3.0 s after a partition, 3.2-3.4 s
+// after ForceRelease or a maximum hold; a Release: 1-6 ms), provided etcd
+// applies a session renewal within a second of the lock-delay lease's
+// renewal sent just before it. d rounds up to whole seconds; at most
+// MaxLockDelay (a minute). A lease of d + 1 s below etcd's minimum TTL is
+// raised to it, which only lengthens the delay. Inspect shows a marker
+// as the record's Record.LockDelay, and a delay under way as
+// LockState.DelayedUntil with no Holder; the Verifier never takes a marker
+// for a holder. Markers cost a waiter that dies while it waits: those
+// behind it wait d after its record goes. Close ends leases without
+// releasing them: their markers wait out their lease, up to TTL + d + 1 s.
+// Sets, semaphores, read-write locks and elections take no
+// AcquireOption; they wait behind the markers they meet.
+//
+// # Planned hand-off
+//
+// Term.Transfer(ctx, to) hands an election's term to a chosen candidate
+// that waits in its queue (Election.Candidates lists them, each named by
+// the term it would lead with): the leader's term ends first (Done
+// closes; its Context is cancelled with ErrTransferred) and then one
+// transaction, owner-checked like Release, deletes the leader's record, so
+// that to is admitted by that very transaction: no overlap, and no gap
+// beyond one watch event (the transaction leaves to a note under its
+// session's requests, which its Client watches anyway). A to that does not wait is refused with a *NotCandidateError
+// before anything ends or is written. Candidates queued between the
+// leader and to are passed over: the same transaction deletes their
+// records and leaves each a note under the prefix's reserved "/skipped/"
+// space, and their Campaign queues again at the tail by itself, so every
+// later term is still higher than every earlier one. From another process,
+// Election.RequestTransfer asks the leader (an ask, like RequestRelease,
+// naming the successor): Election.Run and Client.Do transfer by
+// themselves; a Term from Campaign sees Term.ReleaseRequested close and
+// Term.TransferRequested name the candidate. An unknown outcome ends the
+// term all the same; if the transfer did not apply, the Client deletes
+// the record in the background and the next candidate in line leads.
 //
 // # Server versions
 //
@@ -308,7 +404,8 @@
 //  5. a waiter's view of its queue;
 //  6. a session's state;
 //  7. the set of locks found taken lately;
-//  8. the state of the Client's watches on its gRPC Watch stream (the
+//  8. a Lease's bound contexts (Context), which its end cancels;
+//  9. the state of the Client's watches on its gRPC Watch stream (the
 //     stream delivers events to the records table without it).
 //
 // Leases end, and their Done channels close, after these locks are

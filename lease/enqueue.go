@@ -116,12 +116,24 @@ func (e *enqueuer) txn(ctx context.Context) clientv3.Txn {
 	empty := clientv3.Compare(clientv3.CreateRevision(w.dir).WithPrefix(), "=", 0)
 	switch e.mode {
 	case writeTry:
-		return e.c.etcd.Txn(ctx).If(empty).Then(put).Else(e.reads()...)
+		return e.c.etcd.Txn(ctx).If(empty).Then(e.withMark(put)...).Else(e.reads()...)
 	case writeFree:
-		return e.c.etcd.Txn(ctx).If(empty).Then(put)
+		return e.c.etcd.Txn(ctx).If(empty).Then(e.withMark(put)...)
 	}
+	// The marker after the read: the queue read is the records ahead and
+	// w's own, as without one.
 	return e.c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-		Then(put, clientv3.OpGet(w.dir, queueKeys()...))
+		Then(e.withMark(put, clientv3.OpGet(w.dir, queueKeys()...))...)
+}
+
+// withMark is ops followed by the put of w's lock-delay marker, if it has
+// one: in the record's transaction, so that the marker has the record's
+// creation revision and its place in the queue.
+func (e *enqueuer) withMark(ops ...clientv3.Op) []clientv3.Op {
+	if e.w.mark != nil {
+		ops = append(ops, e.w.mark.put())
+	}
+	return ops
 }
 
 // reads are the queue (its head only for a try: enough to tell who holds

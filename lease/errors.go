@@ -85,6 +85,14 @@ var (
 	// (Client.RequestRelease). It is not a loss: the lease is held until
 	// Do releases it.
 	ErrReleaseRequested = errors.New("lease: release requested")
+	// ErrTransferred is the Err of a term its leader handed to a chosen
+	// successor (Term.Transfer), and the cause with which the term's
+	// Context is cancelled. It matches ErrReleased: the leader let go.
+	ErrTransferred = fmt.Errorf("%w: transferred to a chosen successor", ErrReleased)
+	// ErrNotCandidate reports that Term.Transfer was given a successor
+	// that is not waiting in the election. Errors matching it are
+	// *NotCandidateError values.
+	ErrNotCandidate = errors.New("lease: not a waiting candidate")
 	// ErrMaxHold is a loss cause: the lease was held for the maximum its
 	// acquisition allowed (WithMaxHold), and the Client took it back.
 	ErrMaxHold = errors.New("lease: held for its maximum time")

@@ -307,3 +307,53 @@ func ExampleWithMaxHold() {
 	// held for: nightly reindex, run 2026-12-04
 	// invalid: true
 }
+
+// A job writes to a store that cannot check fencing tokens. With a
+// lock-delay, a holder that vanishes without releasing (here: an operator
+// force releases it) leaves the lock delayed, so that a late write of the
+// lost holder lands before the next holder starts; a Release hands over at
+// once.
+func ExampleWithLockDelay() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	l, err := locks.Acquire(ctx, "exporter", lease.WithLockDelay(2*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	released := time.Now() // no later than the record's delete
+	if _, err := locks.ForceRelease(ctx, "exporter", l.Fence().Revision); err != nil {
+		log.Fatal(err)
+	}
+	<-l.Done()
+	state, err := locks.Inspect(ctx, "exporter")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holder:", state.Holder, "delayed:", !state.DelayedUntil.IsZero())
+	_, err = locks.TryAcquire(ctx, "exporter")
+	fmt.Println("held during the delay:", errors.Is(err, lease.ErrHeld))
+
+	next, err := locks.Acquire(ctx, "exporter") // waits out the delay
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("admitted 2s or more after the release:", time.Since(released) >= 2*time.Second)
+	if err := next.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	_, err = locks.Acquire(ctx, "exporter", lease.WithLockDelay(2*time.Hour))
+	fmt.Println("invalid:", errors.Is(err, lease.ErrInvalidOption))
+	// Output:
+	// holder: <nil> delayed: true
+	// held during the delay: true
+	// admitted 2s or more after the release: true
+	// invalid: true
+}

@@ -36,6 +36,13 @@ type LockState struct {
 	Waiters []Record
 	// Revision is the etcd revision the snapshot was read at.
 	Revision int64
+	// DelayedUntil is, while the lock waits out a lock-delay (see
+	// WithLockDelay) after a holder vanished without releasing, about when
+	// the delay ends (the read's time plus the TTL etcd reported for the
+	// marker's lease, rounded to whole seconds and lagging by up to its
+	// expiry check); zero otherwise. Nobody holds the lock meanwhile: its
+	// records are all Waiters.
+	DelayedUntil time.Time
 }
 
 // Record describes one acquisition's lock record, without its owner token.
@@ -82,6 +89,10 @@ type Record struct {
 	// acquisition (WithMetadata); "" otherwise. It is the holder's to
 	// write: treat it as untrusted text.
 	Value string
+	// LockDelay is the acquisition's lock-delay (WithLockDelay): how long
+	// the lock will wait after its record vanishes without a Release; 0
+	// when none.
+	LockDelay time.Duration
 }
 
 // NotHolderError is returned by ForceRelease when the given fencing
@@ -178,25 +189,70 @@ func (c *Client) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 		ttls[kv.Lease] = ttl
 	}
 	states := make([]LockState, 0, len(byLock))
+	now := time.Now()
 	for name, recs := range byLock {
-		slices.SortFunc(recs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
-		st := LockState{Name: name, Revision: rev}
-		for i, kv := range recs {
-			r := newRecord(name, kv, ttls)
-			if k, ok := kindOf(string(kv.Key)); ok {
-				blockers, need, err := admission(k, recs[:i])
-				r.Held = err == nil && len(blockers) < need
-			}
-			if i == 0 {
-				st.Holder = &r
-			} else {
-				st.Waiters = append(st.Waiters, r)
-			}
-		}
-		states = append(states, st)
+		states = append(states, lockState(name, recs, ttls, rev, now))
 	}
 	slices.SortFunc(states, func(a, b LockState) int { return strings.Compare(a.Name, b.Name) })
 	return states, nil
+}
+
+// lockState is the state of the lock called name whose queue is recs,
+// read at revision rev (at time now), with the TTLs of their leases. A
+// lock-delay marker is not an acquisition: one whose record still exists
+// sets that record's LockDelay, one whose record is gone delays the lock
+// (DelayedUntil), and none is listed.
+func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duration, rev int64, now time.Time) LockState {
+	slices.SortFunc(recs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+	st := LockState{Name: name, Revision: rev}
+	delays := map[int64]time.Duration{} // a record's creation revision -> its marker's delay
+	for i, kv := range recs {
+		if rec, ok := markerRecord(string(kv.Key)); ok {
+			delays[kv.CreateRevision], _ = markerDelay(kv.Value)
+			first := st.Holder == nil && len(st.Waiters) == 0
+			if first && !hasRecord(recs, rec, kv.CreateRevision) {
+				// Ahead of every record, and its own is gone: the lock
+				// waits out its delay.
+				st.DelayedUntil = later(st.DelayedUntil, now.Add(max(ttls[kv.Lease], 0)))
+			}
+			continue
+		}
+		r := newRecord(name, kv, ttls)
+		if k, ok := kindOf(string(kv.Key)); ok {
+			blockers, need, err := admission(k, recs[:i], kv.CreateRevision)
+			r.Held = err == nil && len(blockers) < need
+		}
+		if st.Holder == nil && len(st.Waiters) == 0 && st.DelayedUntil.IsZero() {
+			st.Holder = &r
+		} else {
+			st.Waiters = append(st.Waiters, r)
+		}
+	}
+	if st.Holder != nil {
+		st.Holder.LockDelay = delays[st.Holder.Fence.Revision]
+	}
+	for i := range st.Waiters {
+		st.Waiters[i].LockDelay = delays[st.Waiters[i].Fence.Revision]
+	}
+	return st
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// hasRecord reports whether recs holds the record at key created at crev.
+func hasRecord(recs []*mvccpb.KeyValue, key string, crev int64) bool {
+	for _, kv := range recs {
+		if string(kv.Key) == key && kv.CreateRevision == crev {
+			return true
+		}
+	}
+	return false
 }
 
 // sessionTTL returns the TTL left of an etcd lease, or -1 when it no longer
@@ -279,20 +335,23 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	if len(head.Kvs) == 0 {
+	kv, err := c.holder(ctx, head.Kvs)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	case kv == nil:
 		return nil, &NotHolderError{Lock: name, Revision: rev}
-	}
-	kv := head.Kvs[0]
-	if kv.CreateRevision != rev {
+	case kv.CreateRevision != rev:
 		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
 	}
 	key := string(kv.Key)
 	// The record at the head of the queue stays the head as long as it
 	// exists (no record can be created ahead of it), so comparing its
-	// creation revision is enough to know it still holds the lock.
+	// creation revision is enough to know it still holds the lock. The
+	// same transaction reads the record's lock-delay marker, if any.
 	resp, err := c.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
+		Then(clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpGet(key+markerSep, clientv3.WithPrefix())).
 		Else(clientv3.OpGet(dir, headRecord()...)).
 		Commit()
 	if err != nil {
@@ -312,5 +371,35 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 	r := newRecord(name, del.PrevKvs[0], nil)
 	c.log.Warn("lease force released", logattr.Lock(name), slog.String("owner", r.OwnerDigest), logattr.Fence(rev),
 		slog.Int("holds", r.Holds))
+	if m := forcedMark(resp.Responses[1].GetResponseRange().Kvs, rev); m != nil {
+		// Not a Release: the lock waits out the holder's lock-delay,
+		// counted from now rather than from its session's end.
+		r.LockDelay = m.delay
+		if err := c.moveMarker(ctx, m); err != nil {
+			c.log.Warn("lease force release: lock-delay marker stays on its session's lease (it expires within the TTL plus the delay)",
+				logattr.Lock(name), logattr.Fence(rev), slog.String("error", err.Error()))
+		}
+	}
 	return &r, nil
+}
+
+// holder returns the record holding the lock whose queue's head (read
+// with headRecord) is head, or nil when nobody does (see resolveHead).
+func (c *Client) holder(ctx context.Context, head []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+	if len(head) == 0 {
+		return nil, nil
+	}
+	return resolveHead(ctx, c.etcd, head[0])
+}
+
+// forcedMark is the lock-delay marker among kvs (a read of a record's
+// markers) of the record created at rev, or nil.
+func forcedMark(kvs []*mvccpb.KeyValue, rev int64) *delayMark {
+	for _, kv := range kvs {
+		d, ok := markerDelay(kv.Value)
+		if ok && kv.CreateRevision == rev && isMarker(string(kv.Key)) {
+			return &delayMark{key: string(kv.Key), value: string(kv.Value), delay: d, shadow: clientv3.LeaseID(kv.Lease)}
+		}
+	}
+	return nil
 }

@@ -34,9 +34,10 @@ type Lease struct {
 	rev      int64
 	sess     *session
 	acquired time.Time
-	written  string    // the value the acquisition wrote
-	position int       // records that blocked it when it queued
-	queued   time.Time // when the acquisition started
+	written  string     // the value the acquisition wrote
+	position int        // records that blocked it when it queued
+	queued   time.Time  // when the acquisition started
+	mark     *delayMark // the lock-delay marker written with the record; nil if none
 	// uncertain: a request that wrote this acquisition's record got no
 	// reply, so a copy of the write may still apply after the record is
 	// deleted (see orphan.uncertain).
@@ -62,7 +63,8 @@ type Lease struct {
 	holds atomic.Int64
 	value atomic.Pointer[string]
 
-	fin endOnce // the lease's end: Err and Done
+	fin   endOnce       // the lease's end: Err and Done
+	bound boundContexts // the contexts Context made, cancelled by the end
 }
 
 // Name returns the lock's name.
@@ -162,13 +164,65 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 }
 
 // bind returns a copy of ctx cancelled, with l's end as its cause, when l
-// ends.
+// ends: by the end itself, before Done closes, so that work under the
+// context has been told before anything that lets a successor in (a
+// Transfer's transaction) is sent.
 func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.fin.ctx, func() { cancel(context.Cause(l.fin.ctx)) })
+	id, ok := l.bound.add(cancel)
+	if !ok {
+		cancel(l.fin.err()) // ended already
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	return ctx, func() {
-		stop()
+		l.bound.remove(id)
 		cancel(context.Canceled)
+	}
+}
+
+// boundContexts are the cancel functions of the contexts a Lease's
+// Context made and not yet cancelled. A Lease's end cancels them itself,
+// at once, rather than through context.AfterFunc, whose goroutine could
+// run after the end's next step.
+type boundContexts struct {
+	mu    boundMutex
+	next  uint64
+	m     map[uint64]context.CancelCauseFunc
+	ended bool
+}
+
+// add registers cancel, and reports false (registering nothing) when the
+// lease has ended.
+func (b *boundContexts) add(cancel context.CancelCauseFunc) (uint64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return 0, false
+	}
+	if b.m == nil {
+		b.m = map[uint64]context.CancelCauseFunc{}
+	}
+	b.next++
+	b.m[b.next] = cancel
+	return b.next, true
+}
+
+func (b *boundContexts) remove(id uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, id)
+}
+
+// end cancels every registered context with cause, and every later one
+// at once.
+func (b *boundContexts) end(cause error) {
+	b.mu.Lock()
+	b.ended = true
+	m := b.m
+	b.m = nil
+	b.mu.Unlock()
+	for _, cancel := range m {
+		cancel(cause)
 	}
 }
 
@@ -185,7 +239,14 @@ func (l *Lease) end(err error) {
 		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
+	// Contexts from Context are cancelled here, not by a goroutine: a
+	// Transfer sends its transaction right after end returns.
+	l.bound.end(err)
 	l.fin.finish()
+	if l.mark != nil && errors.Is(err, ErrLost) && l.sess.failure() == nil {
+		// Not released: the lock waits out the delay (see WithLockDelay).
+		l.c.bg.spawn(func() { l.c.expireMarker(l) })
+	}
 }
 
 // lostError is the Err of l lost for cause.

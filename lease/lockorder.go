@@ -16,6 +16,7 @@ const (
 	rankWaiter            // waiter.mu: one acquisition's view of its queue
 	rankSession           // session.mu: one session's state and key slots
 	rankBusy              // busyLocks.mu: locks found taken lately
+	rankBound             // boundContexts.mu: the contexts a Lease's end cancels
 	rankStream            // watchStream.mu: the watches' state on the gRPC stream
 )
 
@@ -31,6 +32,7 @@ type (
 	waiterMutex   struct{ sync.Mutex }
 	sessionMutex  struct{ sync.Mutex }
 	busyMutex     struct{ sync.Mutex }
+	boundMutex    struct{ sync.Mutex }
 	streamMutex   struct{ sync.Mutex }
 )
 
@@ -48,5 +50,7 @@ func (m *sessionMutex) Lock()    { acquiring(rankSession); m.Mutex.Lock() }
 func (m *sessionMutex) Unlock()  { m.Mutex.Unlock(); released(rankSession) }
 func (m *busyMutex) Lock()       { acquiring(rankBusy); m.Mutex.Lock() }
 func (m *busyMutex) Unlock()     { m.Mutex.Unlock(); released(rankBusy) }
+func (m *boundMutex) Lock()      { acquiring(rankBound); m.Mutex.Lock() }
+func (m *boundMutex) Unlock()    { m.Mutex.Unlock(); released(rankBound) }
 func (m *streamMutex) Lock()     { acquiring(rankStream); m.Mutex.Lock() }
 func (m *streamMutex) Unlock()   { m.Mutex.Unlock(); released(rankStream) }

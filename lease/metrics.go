@@ -30,7 +30,7 @@ type metrics struct {
 	// Children of the vectors above that every acquisition and call
 	// touches, looked up once (see resolve).
 	succeeded, held, cancelled, failed prometheus.Counter
-	done                               [opProclaim + 1]prometheus.Counter // results{op, "done"}, by opKind
+	done                               [opTransfer + 1]prometheus.Counter // results{op, "done"}, by opKind
 }
 
 func newMetrics() *metrics {
@@ -52,7 +52,7 @@ func newMetrics() *metrics {
 		}),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_lease_results_total",
-			Help: "Release, renew and reenter results by outcome: done, not_owner, not_found, unknown (transport), denied (permission).",
+			Help: "Release, renew, reenter, proclaim and transfer results by outcome: done, not_owner, not_found, unknown (transport), denied (permission), not_candidate (transfer).",
 		}, []string{"op", "outcome"}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencekit_lease_losses_total",

@@ -8,6 +8,7 @@ const (
 	opRelease
 	opReenter
 	opProclaim
+	opTransfer // Term.Transfer: not a change of the hold count, counted with them
 )
 
 func (k opKind) String() string {
@@ -18,6 +19,8 @@ func (k opKind) String() string {
 		return "reenter"
 	case opProclaim:
 		return "proclaim"
+	case opTransfer:
+		return "transfer"
 	}
 	return "renew"
 }

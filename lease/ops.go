@@ -171,6 +171,10 @@ func (l *Lease) conclude(op opKind, res result) error {
 func (l *Lease) afterEnd(op opKind, first bool) (done bool, err error) {
 	switch err := l.Err(); {
 	case err == nil:
+	case errors.Is(err, ErrTransferred):
+		// Handed on: the record is the successor's business now, or
+		// being deleted in the background (see Term.Transfer).
+		return true, opErr(op.String(), l.name, err)
 	case err == ErrReleased && op == opRelease && l.lastRelease():
 		// The record went while this Release's outcome was unknown: this
 		// call is its retry.
@@ -197,11 +201,15 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 	// doing: not when the Client had already given the record up (seen
 	// gone, or the lease ended) before it was sent.
 	mayDelete := false
+	ops := []clientv3.Op{write}
 	if last {
-		write = clientv3.OpDelete(l.key)
+		ops[0] = clientv3.OpDelete(l.key)
+		if l.mark != nil {
+			ops = append(ops, clientv3.OpDelete(l.mark.key)) // a clean release: no delay
+		}
 		mayDelete = l.c.recs.startRelease(l)
 	}
-	resp, err := l.txnWithin(ctx, d, write)
+	resp, err := l.txnWithin(ctx, d, ops...)
 	switch {
 	case err != nil:
 		return l.noReply(ctx, op, err, next, last && !mayDelete)
@@ -337,7 +345,7 @@ type stored struct {
 // the stored hold count and mod revision when the record is ours.
 func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 	if len(rec) == 0 {
-		if len(head) > 0 {
+		if len(head) > 0 && !l.ownMarker(head[0]) {
 			return stored{err: ErrNotOwner}
 		}
 		return stored{err: ErrNotFound}
@@ -348,6 +356,12 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 		return stored{err: ErrNotOwner}
 	}
 	return stored{count: n, payload: payload, modRev: kv.ModRevision}
+}
+
+// ownMarker reports whether kv, the head of the lock's queue, is l's own
+// lock-delay marker: the lock is in l's delay, and nobody holds it.
+func (l *Lease) ownMarker(kv *mvccpb.KeyValue) bool {
+	return l.mark != nil && string(kv.Key) == l.mark.key
 }
 
 func (l *Lease) logResult(op opKind, result string, err error) {

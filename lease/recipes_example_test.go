@@ -177,3 +177,87 @@ func ExampleElection_Observe() {
 	// leader now publishes b
 	// no leader
 }
+
+// A rolling deploy hands leadership to a chosen replica: the leader's term
+// ends and the chosen candidate leads, in one etcd transaction, with a
+// higher term. The candidate queued ahead of it is passed over and queues
+// again by itself.
+func ExampleTerm_Transfer() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	election, err := locks.Election("scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	term, err := election.Campaign(ctx, "pod-a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Two more replicas campaign, pod-b first (each would have its own
+	// Client, in its own process).
+	terms := make(chan *lease.Term, 2)
+	for i, value := range []string{"pod-b", "pod-c"} {
+		go func() {
+			t, err := election.Campaign(ctx, value)
+			if err != nil {
+				log.Fatal(err)
+			}
+			terms <- t
+		}()
+		waitCandidates(ctx, election, i+1)
+	}
+
+	cands, err := election.Candidates(ctx) // waiting, in the order they would lead
+	if err != nil {
+		log.Fatal(err)
+	}
+	to := cands[1] // pod-c
+	if err := term.Transfer(ctx, to); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("old term transferred:", errors.Is(term.Err(), lease.ErrTransferred))
+	next := <-terms
+	fmt.Println("leads:", next.Value(), "with a higher term:", next.Fence().Revision > term.Fence().Revision)
+	waitCandidates(ctx, election, 1)
+	cands, err = election.Candidates(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("waiting:", cands[0].Value, "queued again with a higher term:", cands[0].Term.Revision > next.Fence().Revision)
+
+	err = term.Transfer(ctx, cands[0])
+	fmt.Println("a term that ended cannot transfer:", errors.Is(err, lease.ErrTransferred))
+	if err := next.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	last := <-terms
+	if err := last.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// old term transferred: true
+	// leads: pod-c with a higher term: true
+	// waiting: pod-b queued again with a higher term: true
+	// a term that ended cannot transfer: true
+}
+
+// waitCandidates waits until n candidates wait in e.
+func waitCandidates(ctx context.Context, e *lease.Election, n int) {
+	for {
+		cands, err := e.Candidates(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if len(cands) == n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -14,7 +14,12 @@ import (
 // candidate), ".r" for a read lock and ".s<n>" for a permit of a semaphore
 // of n. Its value is encodeValue(owner token, hold count[, payload]) and it
 // is attached to the session lease of the Client that wrote it. Records
-// under <prefix><name>/ queue in creation-revision order.
+// under <prefix><name>/ queue in creation-revision order. An exclusive
+// record written WithLockDelay has a lock-delay marker next to it,
+// <record key>.d<n>, created in the same transaction (so with the same
+// creation revision) on another lease of the session: it is no record
+// (kindOf rejects it) and blocks everyone but its own record's acquisition
+// like an exclusive record (see WithLockDelay and lockdelay.go).
 
 // lockDir returns the directory of the records of the lock called name:
 // <prefix><name>/.
@@ -44,14 +49,19 @@ func queueRead(keysOnly bool, limit int64, extra []clientv3.OpOption) []clientv3
 	return append(opts, extra...)
 }
 
-// admission computes, from the queue up to and including a record of kind
-// k (in creation order, ahead), the records that block it, and how few of
+// admission computes, from the queue ahead of a record of kind k created
+// at own (in creation order), the records that block it, and how few of
 // them admit it: the admission rule of every kind. It fails with
 // ErrMismatch when the queue holds records of a kind k cannot share a lock
-// with.
-func admission(k recordKind, ahead []*mvccpb.KeyValue) (map[string]int64, int, error) {
+// with. The record's own lock-delay marker, created with it, may sort
+// ahead of it and is skipped; anyone else's marker blocks like an
+// exclusive record (see WithLockDelay).
+func admission(k recordKind, ahead []*mvccpb.KeyValue, own int64) (map[string]int64, int, error) {
 	blockers := make(map[string]int64, len(ahead))
 	for _, kv := range ahead {
+		if kv.CreateRevision == own {
+			continue // its own marker: only one transaction writes at a revision
+		}
 		other, ok := kindOf(string(kv.Key))
 		switch {
 		case !ok:

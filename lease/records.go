@@ -324,20 +324,34 @@ func (t *records) unlink(w *waiter) {
 // the lease that holds it, or to the waiter being admitted with it (the
 // request can only have been written once the record headed its queue,
 // which may be before the waiter became a lease; promote passes it on).
-func (t *records) ask(key string, rev int64) {
+func (t *records) ask(key string, rev, to int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if l := t.held[key]; l != nil {
 		if l.rev == rev {
-			l.asked.request()
+			l.asked.request(to)
 		}
 		return
 	}
 	if w := t.waiters[key]; w != nil {
+		if to != 0 {
+			w.askedTo.Store(to)
+		}
 		// The newest revision: an older one is a request for an earlier
 		// record under the same key, handled late.
 		for old := w.asked.Load(); rev > old && !w.asked.CompareAndSwap(old, rev); old = w.asked.Load() {
 		}
+	}
+}
+
+// headed tells the waiter whose record key was created at rev that a
+// transfer made that record the head of its queue at revision at (see
+// waiter.headed).
+func (t *records) headed(key string, rev, at int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w := t.waiters[key]; w != nil {
+		w.headed(rev, at)
 	}
 }
 

@@ -77,7 +77,13 @@ func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse
 		d := r.deadline()
 		tctx, cancel := context.WithTimeout(ctx, d)
 		sent := time.Now()
-		ka, err := l.c.etcd.KeepAliveOnce(tctx, l.sess.id)
+		// The session's lock-delay leases first, as in the background
+		// renewals: each must outlast the session by its delay.
+		var ka *clientv3.LeaseKeepAliveResponse
+		err := l.c.renewShadows(tctx, l.sess)
+		if err == nil {
+			ka, err = l.c.etcd.KeepAliveOnce(tctx, l.sess.id)
+		}
 		cancel()
 		switch {
 		case err == nil:

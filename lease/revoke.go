@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -42,11 +43,13 @@ func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) err
 	if err != nil {
 		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	if len(head.Kvs) == 0 {
+	kv, err := c.holder(ctx, head.Kvs)
+	switch {
+	case err != nil:
+		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+	case kv == nil:
 		return &NotHolderError{Lock: name, Revision: rev}
-	}
-	kv := head.Kvs[0]
-	if kv.CreateRevision != rev {
+	case kv.CreateRevision != rev:
 		return &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
 	}
 	if kv.Lease == 0 {
@@ -99,7 +102,7 @@ func (c *Client) watchAsks(s *session, from int64) {
 			}
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
-					c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value))
+					c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision)
 				}
 				from = ev.Kv.ModRevision + 1
 			}
@@ -119,7 +122,7 @@ func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 
 		return from
 	}
 	for _, kv := range resp.Kvs {
-		c.handleAsk(ctx, string(kv.Key), string(kv.Value))
+		c.handleAsk(ctx, string(kv.Key), string(kv.Value), kv.ModRevision)
 	}
 	return resp.Header.Revision + 1
 }
@@ -127,9 +130,18 @@ func (c *Client) catchUpAsks(ctx context.Context, dir string, from int64) int64 
 // handleAsk tells the lease that holds the record recordKey, at the
 // revision the request key names, that its release is requested, and
 // deletes the request.
-func (c *Client) handleAsk(ctx context.Context, ask, recordKey string) {
+func (c *Client) handleAsk(ctx context.Context, ask, value string, at int64) {
+	// The value is the record key, then, for a request to transfer, a
+	// newline and the successor's term, or, for the successor a transfer
+	// admitted at revision at, a newline and "admit" (see transferPlan).
+	recordKey, succ, _ := strings.Cut(value, "\n")
 	if rev, err := strconv.ParseInt(ask[strings.LastIndexByte(ask, '-')+1:], 10, 64); err == nil {
-		c.recs.ask(recordKey, rev)
+		if succ == admitNote {
+			c.recs.headed(recordKey, rev, at)
+		} else {
+			to, _ := strconv.ParseInt(succ, 10, 64)
+			c.recs.ask(recordKey, rev, max(to, 0))
+		}
 	}
 	if _, err := c.etcd.Delete(ctx, ask); err != nil && ctx.Err() == nil {
 		c.log.Debug("lease release request not deleted; it goes with its session", slog.String("error", err.Error()))
@@ -143,6 +155,10 @@ type releaseAsk struct {
 	once   sync.Once
 	ctx    context.Context
 	cancel context.CancelFunc
+	// to is the term of the candidate a request to transfer named
+	// (Election.RequestTransfer), set before the request is made; 0 for
+	// a request to release.
+	to atomic.Int64
 }
 
 // get returns the context that is cancelled once asked.
@@ -151,12 +167,18 @@ func (a *releaseAsk) get() context.Context {
 	return a.ctx
 }
 
-func (a *releaseAsk) request() {
+// request asks for a release, or for a transfer to the candidate whose
+// term is to (0: none named).
+func (a *releaseAsk) request(to int64) {
+	if to != 0 {
+		a.to.CompareAndSwap(0, to) // the first request named wins
+	}
 	a.get()
 	a.cancel()
 }
 
 // ReleaseRequested is closed when someone asked this lease's holder to
-// release the lock (Client.RequestRelease). It stays open otherwise, also
-// after the lease ends.
+// release the lock (Client.RequestRelease), or to hand it to a waiting
+// candidate (Election.RequestTransfer; Do then transfers). It stays open
+// otherwise, also after the lease ends.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.get().Done() }

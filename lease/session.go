@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // sessionSet is a Client's session lifecycle: the session new
@@ -193,7 +194,13 @@ func (c *Client) keepAlive(s *session) {
 			until = floor
 		}
 		ctx, cancel := context.WithDeadline(c.bg.ctx, c.renewalDeadline(sent, until, interval))
-		resp, err := c.etcd.KeepAliveOnce(ctx, s.id)
+		// The lock-delay leases first: the session is renewed only once
+		// they are, so that each outlasts it by its delay.
+		err := c.renewShadows(ctx, s)
+		var resp *clientv3.LeaseKeepAliveResponse
+		if err == nil {
+			resp, err = c.etcd.KeepAliveOnce(ctx, s.id)
+		}
 		cancel()
 		if err == nil {
 			c.renewed(time.Since(sent))

@@ -25,6 +25,11 @@ type session struct {
 	validUntil time.Time
 	timer      *time.Timer
 	slots      map[string]struct{} // record keys in use (see claimSlot)
+	// shadows are the session's lock-delay leases, one per delay (see
+	// WithLockDelay), granted on first use; markers counts the markers
+	// written, to name the next (see delayMark).
+	shadows map[time.Duration]clientv3.LeaseID
+	markers uint64
 
 	// uncertain counts the orphans of this session whose write may still
 	// be applied later by etcd (its request went out and no reply came
@@ -191,3 +196,60 @@ const maxUncertain = 32
 
 // errRetired ends a tainted session that nothing uses any more.
 var errRetired = errors.New("lease: session retired")
+
+// shadow returns s's lock-delay lease for delay d, if it has one.
+func (s *session) shadow(d time.Duration) (clientv3.LeaseID, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.shadows[d]
+	return id, ok
+}
+
+// addShadow makes id s's lock-delay lease for d, unless s has one already
+// or has ended, and returns the one to use; kept reports whether id is it.
+func (s *session) addShadow(d time.Duration, id clientv3.LeaseID) (use clientv3.LeaseID, kept bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.shadows[d]; ok {
+		return cur, false
+	}
+	if s.fin.err() != nil {
+		return id, false
+	}
+	if s.shadows == nil {
+		s.shadows = map[time.Duration]clientv3.LeaseID{}
+	}
+	s.shadows[d] = id
+	return id, true
+}
+
+// dropShadow forgets s's lock-delay lease id for d, which no longer exists.
+func (s *session) dropShadow(d time.Duration, id clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shadows[d] == id {
+		delete(s.shadows, d)
+	}
+}
+
+// shadowList returns a copy of s's lock-delay leases, or nil.
+func (s *session) shadowList() map[time.Duration]clientv3.LeaseID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.shadows) == 0 {
+		return nil
+	}
+	m := make(map[time.Duration]clientv3.LeaseID, len(s.shadows))
+	for d, id := range s.shadows {
+		m[d] = id
+	}
+	return m
+}
+
+// nextMarker returns the number of s's next lock-delay marker, in hex.
+func (s *session) nextMarker() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.markers++
+	return strconv.FormatUint(s.markers, 16)
+}

@@ -124,10 +124,14 @@ func (s *Set) Err() error {
 	return context.Cause(s.ctx)
 }
 
-// Context returns a copy of parent that is cancelled, with Err as its
-// cause, when the set ends. Call the CancelFunc when the work is done.
+// Context returns a copy of parent that carries the set's fencing tokens
+// (fence.NewTokensContext with Fences, so that guard's Transport and
+// grpcguard's client interceptors send them all with each request, and
+// each resource checks the token of its own lock), and that is cancelled,
+// with Err as its cause, when the set ends. Call the CancelFunc when the
+// work is done.
 func (s *Set) Context(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := context.WithCancelCause(fence.NewTokensContext(parent, s.Fences()...))
 	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
 	return ctx, func() {
 		stop()
@@ -350,7 +354,23 @@ func (c *Client) newMember(s *session, name string, try bool) setMember {
 // reads each lock's queue, and returns the queues and the revision of the
 // write. A transaction whose reply was lost is sent again: it then finds
 // the records written (with this set's owner tokens) and reads the queues.
+//
+// When every lock looks free to this Client (none found taken lately, see
+// enqueue) and the set is not a try, the first transaction compares each
+// lock's whole directory with nothing and reads nothing, as enqueue does
+// for one lock: each record is then its queue. If a directory is not
+// empty that transaction writes nothing, and the set is written the
+// queueing way.
 func (c *Client) enqueueSet(ctx context.Context, members []setMember) (queues [][]*mvccpb.KeyValue, readRevs []int64, written bool, err error) {
+	if c.setLooksFree(members) {
+		queues, rev, ok, err := c.enqueueFreeSet(ctx, members)
+		switch {
+		case err != nil:
+			return nil, nil, false, err
+		case ok:
+			return c.catchUpSet(ctx, members, queues, rev)
+		}
+	}
 	n := len(members)
 	cmps := make([]clientv3.Cmp, 0, n)
 	ops := make([]clientv3.Op, 0, 2*n)
@@ -374,8 +394,9 @@ func (c *Client) enqueueSet(ctx context.Context, members []setMember) (queues []
 			continue
 		case resp.Succeeded:
 			queues = make([][]*mvccpb.KeyValue, n)
-			for i := range members {
+			for i, m := range members {
 				queues[i] = resp.Responses[n+i].GetResponseRange().Kvs
+				c.recs.busy.note(m.w.dir, len(queues[i]) > 1)
 			}
 			return c.catchUpSet(ctx, members, queues, resp.Header.Revision)
 		}
@@ -388,6 +409,57 @@ func (c *Client) enqueueSet(ctx context.Context, members []setMember) (queues []
 		if !errors.Is(err, errRetryRead) {
 			return nil, nil, false, err
 		}
+	}
+}
+
+// setLooksFree reports whether a set's records may be written the way of
+// a free lock: not a try, and no lock of it found taken lately.
+func (c *Client) setLooksFree(members []setMember) bool {
+	for _, m := range members {
+		if m.req.try || c.recs.busy.has(m.w.dir) {
+			return false
+		}
+	}
+	return true
+}
+
+// enqueueFreeSet writes every member's record in one transaction if every
+// lock's directory is empty, reading nothing. It reports whether it wrote;
+// when it did not (a directory was not empty), every lock is noted as
+// taken lately, and nothing was written. A transaction whose reply was
+// lost is sent again: if the first applied, the second finds the
+// directories taken (by this set's own records), writes nothing, and the
+// queueing write that follows finds the records (see readSet).
+func (c *Client) enqueueFreeSet(ctx context.Context, members []setMember) ([][]*mvccpb.KeyValue, int64, bool, error) {
+	cmps := make([]clientv3.Cmp, 0, len(members))
+	ops := make([]clientv3.Op, 0, len(members))
+	for _, m := range members {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(m.w.dir).WithPrefix(), "=", 0))
+		ops = append(ops, clientv3.OpPut(m.w.key, m.val, clientv3.WithLease(m.w.sess.id)))
+	}
+	for {
+		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			for _, m := range members {
+				m.w.uncertain = true
+			}
+			if err := c.pauseAfter(ctx, members[0].w, err); err != nil {
+				return nil, 0, false, err
+			}
+			continue
+		}
+		if !resp.Succeeded {
+			for _, m := range members {
+				c.recs.busy.note(m.w.dir, true)
+			}
+			return nil, 0, false, nil
+		}
+		rev := resp.Header.Revision
+		queues := make([][]*mvccpb.KeyValue, len(members))
+		for i, m := range members {
+			queues[i] = []*mvccpb.KeyValue{{Key: []byte(m.w.key), CreateRevision: rev, ModRevision: rev}}
+		}
+		return queues, rev, true, nil
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
@@ -237,6 +238,7 @@ func TestAcquireAllLossEndsTheSet(t *testing.T) {
 	require.NoError(t, err)
 	wctx, cancel := set.Context(ctx)
 	defer cancel()
+	assert.Equal(t, set.Fences(), fence.TokensFromContext(wctx), "the set's context carries its tokens")
 	_, err = cli.Delete(ctx, records(t, cli, "s2")[0])
 	require.NoError(t, err)
 	select {
@@ -350,4 +352,10 @@ func TestAcquireAllPartitionedLosesAllFirst(t *testing.T) {
 	}
 	<-set.Done()
 	px.p.Resume()
+}
+
+// A set's tokens fit in one request: guard and grpcguard carry at most
+// fence.MaxTokens.
+func TestMaxSetSizeFitsFenceMaxTokens(t *testing.T) {
+	assert.LessOrEqual(t, lease.MaxSetSize, fence.MaxTokens)
 }

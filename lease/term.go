@@ -72,6 +72,7 @@ func (t *Term) Renew(ctx context.Context) error {
 func (t *Term) Done() <-chan struct{} { return t.l.Done() }
 
 // Err returns nil while the term lasts, then ErrReleased (resigned),
+// ErrTransferred (handed on by Transfer; it matches ErrReleased),
 // ErrClosed or a *LostError.
 func (t *Term) Err() error {
 	if t == nil {

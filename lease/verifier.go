@@ -20,7 +20,8 @@ import (
 // lock's, one from another etcd cluster, or one no acquisition made.
 //
 // A Verifier satisfies guard.Verifier and sqlguard.Verifier. Each Verify
-// is one linearizable etcd range read of the lock's queue; guard and
+// is one linearizable etcd range read of the lock's queue (two when the
+// queue's first key is a lock-delay marker, see WithLockDelay); guard and
 // sqlguard call it only for tokens that would raise a mark. The answer
 // holds at the moment of the read: the holder may lose the lock right
 // after, so a verified token is one that was current, not one that still
@@ -118,7 +119,14 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 	if len(resp.Kvs) == 0 {
 		return "", 0, unverified(t, "the lock has no holder", nil)
 	}
-	head := resp.Kvs[0]
+	// A lock-delay marker never holds: the head is its record, if any.
+	head, err := resolveHead(ctx, v.etcd, resp.Kvs[0])
+	switch {
+	case err != nil:
+		return "", 0, fmt.Errorf("lease: verify token: read queue: %w", errors.Join(err, ctx.Err()))
+	case head == nil:
+		return "", 0, unverified(t, "the lock has no holder (it waits out a lock-delay)", nil)
+	}
 	if head.CreateRevision != t.Revision {
 		return "", 0, unverified(t, "not the revision of the lock's current holder", nil)
 	}

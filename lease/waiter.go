@@ -47,8 +47,10 @@ type waiter struct {
 	// asked is the creation revision of the record a request to release
 	// named while the waiter was being admitted (see records.ask), or 0.
 	asked    atomic.Int64
-	position int       // records that blocked it when it queued
-	queued   time.Time // when the acquisition started
+	mark     *delayMark   // its lock-delay marker, written with its record; nil if none
+	askedTo  atomic.Int64 // the successor a request to transfer named, or 0
+	position int          // records that blocked it when it queued
+	queued   time.Time    // when the acquisition started
 
 	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
@@ -57,6 +59,9 @@ type waiter struct {
 	readAt   int64            // revision of the read blockers came from
 	need     int              // admitted once len(blockers) < need
 	seen     map[string]int64 // latest delete revision per key seen while reading the queue
+	// headAt is the revision at which a transfer made the waiter's record
+	// the head of its queue (see headed), or 0.
+	headAt int64
 	// ownAt is the latest revision at which the waiter's own record is
 	// known to exist (a queue read that found it, or a resync); goneAt the
 	// latest revision at which a blocker was seen gone. Each watched key
@@ -88,6 +93,25 @@ func (w *waiter) onDelete(key string, rev int64) {
 			w.wake() // admitted, or its target may be gone
 		}
 	}
+}
+
+// headed tells the waiter that a Term.Transfer to its record, created at
+// rev, applied at revision at: that transaction compared the record's
+// creation revision and deleted every record ahead of it. No record
+// created before it can appear again, so nothing blocks it from then on,
+// and its own record existed at at: it is admitted without a read.
+func (w *waiter) headed(rev, at int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.myRev != rev {
+		return // another record under the key, or one not placed yet: the watch admits it
+	}
+	w.headAt = at
+	w.ownAt, w.goneAt = max(w.ownAt, at), max(w.goneAt, at)
+	if w.blockers != nil {
+		clear(w.blockers)
+	}
+	w.wake()
 }
 
 // onPut tells the waiter that its own key was written at rev, by this
@@ -198,9 +222,9 @@ func (w *waiter) setBlockers(blockers map[string]int64, need int, at int64) bool
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for key, crev := range blockers {
-		if gone := w.seen[key]; gone > crev {
+		if gone := w.seen[key]; gone > crev || w.headAt > 0 {
 			delete(blockers, key)
-			w.goneAt = max(w.goneAt, gone)
+			w.goneAt = max(w.goneAt, gone, w.headAt)
 		}
 	}
 	w.blockers, w.need, w.seen, w.readAt = blockers, need, nil, at

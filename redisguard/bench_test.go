@@ -37,7 +37,12 @@ import (
 //     before it kept the run_id in the function library (fencekit/info:
 //     what keeping it saves). A fifth, fn, is the cheapest Redis function
 //     that SETs (FCALL of "return redis.call('SET', KEYS[1], ARGV[1])"):
-//     fn/floor is what any check run inside Redis starts from.
+//     fn/floor is what any check run inside Redis starts from. A sixth,
+//     read, is the cheapest function that checks anything against such a
+//     mark: called with the fenced function's KEYS and ARGV, it reads the
+//     mark's three fields (HMGET) and SETs, deciding nothing: read/floor
+//     is the floor of a check of this package's mark, and fencekit/read
+//     (from the medians) what deciding and the Go side add to it.
 //   - set-c8: the 16-byte SET from 8 goroutines per arm, sharing a Guard
 //     and a pool of 8 connections per arm; times are per write.
 //   - store: Store.Advance with the current token (fencekit) against an
@@ -62,6 +67,12 @@ func BenchmarkRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { probe.FunctionDelete(context.Background(), fnLib) })
+	readLib := "fencekit_bench_read_" + id
+	if err := probe.FunctionLoad(ctx, "#!lua name="+readLib+"\nredis.register_function('"+readLib+
+		"', function(KEYS, ARGV) redis.call('HMGET', KEYS[1], 'rev', 'lock', 'life') return redis.call('SET', KEYS[2], ARGV[5]) end)").Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { probe.FunctionDelete(context.Background(), readLib) })
 
 	for _, c := range []struct {
 		param   string
@@ -85,7 +96,7 @@ func BenchmarkRedis(b *testing.B) {
 			if err := g.Claim(ctx, tok, res); err != nil {
 				b.Fatal(err)
 			}
-			plain, multi, bare, fn := client(c.writers), client(c.writers), client(c.writers), client(c.writers)
+			plain, multi, bare, fn, read := client(c.writers), client(c.writers), client(c.writers), client(c.writers), client(c.writers)
 			markKey := g.MarkKey(res)
 			info := redis.NewScript(redisguard.InfoEachWrite)
 			run := func(op func() error) func(int) error {
@@ -101,13 +112,16 @@ func BenchmarkRedis(b *testing.B) {
 				})},
 				{"floor", run(func() error { return plain.Set(ctx, key, value, 0).Err() })},
 				{"info", run(func() error {
-					r, err := info.Run(ctx, bare, []string{markKey, key}, "42", "bench", "r", 1, "SET", 1, value).Result()
+					r, err := info.Run(ctx, bare, []string{markKey, key}, "42", "bench", "r", "SET", value).Result()
 					if err == nil && r != "OK" { // a refusal is an array: it would price the wrong path
 						err = fmt.Errorf("info arm: reply %v, want OK", r)
 					}
 					return err
 				})},
 				{"fn", run(func() error { return fn.FCall(ctx, fnLib, []string{key}, value).Err() })},
+				{"read", run(func() error {
+					return read.FCall(ctx, readLib, []string{markKey, key}, "42", "bench", "r", "SET", value).Err()
+				})},
 				{"multi", run(func() error {
 					_, err := multi.TxPipelined(ctx, func(p redis.Pipeliner) error {
 						p.HGet(ctx, markKey, "rev")
@@ -116,7 +130,7 @@ func BenchmarkRedis(b *testing.B) {
 					})
 					return err
 				})},
-			}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}, {"fencekit", "info"}, {"fn", "floor"}})
+			}, [][2]string{{"fencekit", "floor"}, {"fencekit", "multi"}, {"fencekit", "info"}, {"fn", "floor"}, {"read", "floor"}})
 		})
 	}
 

@@ -389,3 +389,54 @@ func TestOptionsRefused(t *testing.T) {
 		t.Error("NewStore with an empty prefix succeeded")
 	}
 }
+
+// TestSingleCommandShapes runs one command of each argument count through
+// the fenced function, which lays out a single command without counts
+// (none, one and several arguments after the key take different paths),
+// and reads each write back.
+func TestSingleCommandShapes(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 5)
+	cases := []struct {
+		cmd  redisguard.Cmd
+		want any
+	}{
+		{redisguard.Command("INCR", f.key("n")), int64(1)},                                   // no argument
+		{redisguard.IncrBy(f.key("n"), 41), int64(42)},                                       // one
+		{redisguard.HSet(f.key("h"), "a", "1", "b", "2"), int64(2)},                          // four
+		{redisguard.Set(f.key("s"), "v", redisguard.EX(time.Minute), redisguard.NX()), "OK"}, // four
+		{redisguard.Set(f.key("s"), "w", redisguard.NX()), nil},                              // two, not set
+		{redisguard.Del(f.key("n")), int64(1)},                                               // no argument
+		{redisguard.Command("RPUSH", f.key("l"), "x", "y", "z"), int64(3)},                   // three
+		{redisguard.Command("HDEL", f.key("h"), "a", "missing"), int64(1)},                   // two
+		{redisguard.Command("hincrby", f.key("h"), "b", "40"), int64(42)},                    // two, lower case
+		{redisguard.Command("SADD", f.key("set"), "m"), int64(1)},                            // one
+	}
+	for i, c := range cases {
+		r, err := f.g.Exec(ctx, f.tgt, tok(5), c.cmd)
+		if err != nil {
+			t.Fatalf("%d %s: %v", i, c.cmd.Name(), err)
+		}
+		if len(r) != 1 || r[0] != c.want {
+			t.Errorf("%d %s: replies %#v, want [%#v]", i, c.cmd.Name(), r, c.want)
+		}
+	}
+	if got, err := f.cli.Get(ctx, f.key("s")).Result(); err != nil || got != "v" {
+		t.Errorf("GET s = %q, %v; want v", got, err)
+	}
+	if ttl, err := f.cli.TTL(ctx, f.key("s")).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("TTL s = %v, %v; want (0, 1m]", ttl, err)
+	}
+	if n, err := f.cli.Exists(ctx, f.key("n")).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS n = %d, %v; want 0", n, err)
+	}
+	if got, err := f.cli.HGetAll(ctx, f.key("h")).Result(); err != nil || len(got) != 1 || got["b"] != "42" {
+		t.Errorf("HGETALL h = %v, %v; want map[b:42]", got, err)
+	}
+	if got, err := f.cli.LRange(ctx, f.key("l"), 0, -1).Result(); err != nil || len(got) != 3 || got[0] != "x" || got[2] != "z" {
+		t.Errorf("LRANGE l = %v, %v; want [x y z]", got, err)
+	}
+	if mark, err := f.g.Mark(ctx, f.res); err != nil || mark != tok(5) {
+		t.Errorf("mark = %v, %v; want %v", mark, err, tok(5))
+	}
+}

@@ -21,11 +21,15 @@ import (
 //
 // KEYS[1] is the mark, a hash of "rev" (the revision, canonical decimal),
 // "lock" (the lock name) and "life" (the run_id of the server that wrote
-// it); KEYS[1+i] is the key of command i. ARGV holds the token's revision
-// and lock, the mode ("" decide only from the mark, "r" may raise the
-// mark, "c" may claim: set a mark of an earlier server life, or none),
-// the number of commands, and then per command its name, its number of
-// arguments after the key and those arguments.
+// it); KEYS[1+i] is the key of command i, so the batch has #KEYS-1
+// commands. ARGV holds the token's revision and lock, the mode ("" decide
+// only from the mark, "r" may raise the mark, "c" may claim: set a mark of
+// an earlier server life, or none), and then the commands: a single
+// command as its name and its arguments after the key (all the rest of
+// ARGV), several as, per command, its name, its number of arguments after
+// the key and those arguments. Every argument Redis receives is a string
+// it converts into Lua, so a single write, the common case, carries no
+// count at all.
 //
 // When the batch ran it returns the single command's reply as it is (no
 // command of the allow-list replies with an array, and an array around
@@ -43,37 +47,40 @@ import (
 const fenceBody = `
 local rev, lock, mode = ARGV[1], ARGV[2], ARGV[3]
 local m = redis.call('HMGET', KEYS[1], 'rev', 'lock', 'life')
-local same = rev == m[1]
-if m[1] then
-  if m[2] ~= lock then return {'wrong_lock', m[1], m[2]} end
-  if not same and older(rev, m[1]) then return {'stale', m[1], m[2]} end
+local mrev, mlock = m[1], m[2]
+local raise = false
+if mrev then
+  if mlock ~= lock then return {'wrong_lock', mrev, mlock} end
+  if mrev ~= rev then
+    if older(rev, mrev) then return {'stale', mrev, mlock} end
+    raise = true
+  end
 end
 local life = server_life()
-local claimed = m[1] and m[3] == life
-local raise = not claimed or not same
-if not claimed then
-  if mode ~= 'c' then return {'unclaimed', m[1] or '', m[2] or ''} end
+if not mrev or m[3] ~= life then
+  if mode ~= 'c' then return {'unclaimed', mrev or '', mlock or ''} end
+  raise = true
 elseif raise and mode == '' then
-  return {'verify', m[1], m[2]}
+  return {'verify', mrev, mlock}
 end
-local n = tonumber(ARGV[4])
+local n = #KEYS - 1
 local out
-if n == 0 then
-  out = redis.status_reply('OK')
-elseif n == 1 then
-  local argc = ARGV[6]
-  if argc == '1' then
-    out = redis.pcall(ARGV[5], KEYS[2], ARGV[7])
-  elseif argc == '0' then
-    out = redis.pcall(ARGV[5], KEYS[2])
+if n == 1 then
+  local last = #ARGV
+  if last == 5 then
+    out = redis.pcall(ARGV[4], KEYS[2], ARGV[5])
+  elseif last == 4 then
+    out = redis.pcall(ARGV[4], KEYS[2])
   else
-    out = redis.pcall(ARGV[5], KEYS[2], unpack(ARGV, 7, 6 + tonumber(argc)))
+    out = redis.pcall(ARGV[4], KEYS[2], unpack(ARGV, 5, last))
   end
   if type(out) == 'table' and out.err then return {'error', '0', out.err} end
+elseif n == 0 then
+  out = redis.status_reply('OK')
 else
   out = {'ok'}
   local undo, seen = {}, {}
-  local a = 5
+  local a = 4
   for i = 1, n do
     local key, argc = KEYS[1 + i], tonumber(ARGV[a + 1])
     if not seen[key] then
@@ -191,12 +198,12 @@ const (
 	statusError     = "error"
 )
 
-// call runs function fn of the library with FCALL and returns its reply
-// (nil for a nil reply). When the server does not have the library (a new
-// server, a restart without persistence, FUNCTION FLUSH) it loads it and
-// calls again.
-func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) (any, error) {
-	v, err := fcall(ctx, m.cli, fn, keys, args)
+// call runs an FCALL of a function of the library (args as fcall takes
+// them) and returns its reply (nil for a nil reply). When the server does
+// not have the library (a new server, a restart without persistence,
+// FUNCTION FLUSH) it loads it on the server of KEYS[1] and calls again.
+func (m *marks) call(ctx context.Context, args []any) (any, error) {
+	v, err := fcall(ctx, m.cli, args)
 	if err == nil {
 		return v, nil
 	}
@@ -206,15 +213,35 @@ func (m *marks) call(ctx context.Context, fn string, keys []string, args []any) 
 	if !strings.HasPrefix(err.Error(), "ERR Function not found") {
 		return nil, err
 	}
-	if err := m.load(ctx, keys[0]); err != nil {
+	if err := m.load(ctx, args[fcallKeys].(string)); err != nil {
 		return nil, fmt.Errorf("load function library %s: %w", lib.name, err)
 	}
-	return fcall(ctx, m.cli, fn, keys, args)
+	return fcall(ctx, m.cli, args)
 }
 
-// fcall runs FCALL; a nil reply is nil, not redis.Nil.
-func fcall(ctx context.Context, cli redis.UniversalClient, fn string, keys []string, args []any) (any, error) {
-	v, err := cli.FCall(ctx, fn, keys, args...).Result()
+// fcallKeys is the index of KEYS[1] in an FCALL command's arguments (see
+// fcallArgs).
+const fcallKeys = 3
+
+// fcallArgs returns the start of an FCALL command's arguments: "FCALL",
+// function fn and the number of keys, in a slice with room for the keys
+// and argv more arguments, which the caller appends: one slice per call,
+// handed to go-redis as it is (its FCall would copy keys and arguments
+// into a slice of its own on every call).
+func fcallArgs(fn any, keys, argv int) []any {
+	args := make([]any, fcallKeys, fcallKeys+keys+argv)
+	args[0], args[1], args[2] = "FCALL", fn, keys
+	return args
+}
+
+// fcall runs the FCALL command of args (made by fcallArgs, with at least
+// one key: a cluster client routes the command by KEYS[1]); a nil reply is
+// nil, not redis.Nil.
+func fcall(ctx context.Context, cli redis.UniversalClient, args []any) (any, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(fcallKeys)
+	_ = cli.Process(ctx, cmd)
+	v, err := cmd.Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -278,19 +305,26 @@ func validatePrefix(prefix string) error {
 	return nil
 }
 
-// batch is a fenced call's KEYS and the commands' part of ARGV.
+// batch is a fenced call's FCALL command (see fcallArgs) for fenceBody:
+// its KEYS and ARGV, whose first three (the token's revision and lock, and
+// the mode) fence sets before each run.
 type batch struct {
-	keys []string
 	args []any
+	argv int // the index of ARGV[1] in args
 }
+
+// fenceFn is the fenced function's name, boxed once for every call.
+var fenceFn any = lib.fence
 
 // encode checks cmds for resource and lays them out for fenceBody.
 func (m *marks) encode(resource string, cmds []Cmd) (batch, error) {
 	mk := m.markKey(resource)
 	slot := Slot(mk)
-	b := batch{keys: make([]string, 1, 1+len(cmds)), args: make([]any, 0, 1+3*len(cmds))}
-	b.keys[0] = mk
-	b.args = append(b.args, len(cmds))
+	argv := 3
+	for _, c := range cmds {
+		argv += 2 + len(c.args)
+	}
+	args := append(fcallArgs(fenceFn, 1+len(cmds), argv), mk)
 	for i, c := range cmds {
 		if err := c.validate(); err != nil {
 			return batch{}, fmt.Errorf("command %d: %w", i, err)
@@ -302,12 +336,20 @@ func (m *marks) encode(resource string, cmds []Cmd) (batch, error) {
 			return batch{}, fmt.Errorf("%w: command %d (%s): key %q is in slot %d, resource %q in slot %d (use Key)",
 				ErrCrossSlot, i, c.name, c.key, s, resource, slot)
 		}
-		b.keys = append(b.keys, c.key)
-		b.args = append(b.args, c.name, len(c.args))
+		args = append(args, c.key)
+	}
+	b := batch{argv: len(args)}
+	args = append(args, nil, nil, nil) // revision, lock, mode: set by fence
+	for _, c := range cmds {
+		args = append(args, c.name)
+		if len(cmds) > 1 {
+			args = append(args, len(c.args))
+		}
 		for _, a := range c.args {
-			b.args = append(b.args, a)
+			args = append(args, a)
 		}
 	}
+	b.args = args
 	return b, nil
 }
 
@@ -321,10 +363,8 @@ type result struct {
 
 // fence runs fenceBody for t on b in mode.
 func (m *marks) fence(ctx context.Context, resource string, t fence.Token, mode string, b batch, cmds []Cmd) (result, error) {
-	args := make([]any, 0, 3+len(b.args))
-	args = append(args, strconv.FormatInt(t.Revision, 10), t.Lock, mode)
-	args = append(args, b.args...)
-	reply, err := m.call(ctx, lib.fence, b.keys, args)
+	b.args[b.argv], b.args[b.argv+1], b.args[b.argv+2] = strconv.FormatInt(t.Revision, 10), t.Lock, mode
+	reply, err := m.call(ctx, b.args)
 	if err != nil {
 		return result{}, fmt.Errorf("redisguard: fenced function: %w", err)
 	}
@@ -406,8 +446,9 @@ func (m *marks) reset(ctx context.Context, resource string, old, next fence.Toke
 	if !old.IsZero() {
 		oldRev = strconv.FormatInt(old.Revision, 10)
 	}
-	reply, err := m.call(ctx, lib.reset, []string{m.markKey(resource)},
-		[]any{oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock})
+	args := append(fcallArgs(lib.reset, 1, 4), m.markKey(resource),
+		oldRev, old.Lock, strconv.FormatInt(next.Revision, 10), next.Lock)
+	reply, err := m.call(ctx, args)
 	if err != nil {
 		return fmt.Errorf("redisguard: reset mark: %w", err)
 	}

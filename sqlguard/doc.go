@@ -61,7 +61,11 @@
 // overlapping sets cannot deadlock on each other. [Guard.RunTx] begins the
 // transaction, fences, runs your function and commits, retrying the whole
 // transaction with the same token on transient conflicts. [Guard.Claim]
-// lets a new holder advance its marks before it reads.
+// lets a new holder advance its marks before it reads. A transaction that
+// writes under several locks at once (a lease.Set: a transfer between two
+// accounts, each with its own lock) uses [Guard.RunTxAll] or
+// [Guard.FenceAll], which fence each resource with the token of its own
+// lock in the one transaction: a refusal of any rolls back all.
 //
 // Row-column mode ([Guard.Update], [Guard.Upsert]) keeps the fence in a
 // column of the protected row and appends "AND (fence <= token OR fence IS

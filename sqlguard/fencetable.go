@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -95,6 +96,82 @@ func (g *Guard) fence(ctx context.Context, q backend.Querier, tok fence.Token, r
 		}
 	}
 	return nil
+}
+
+// FenceAll is Fence for a transaction that writes under several locks at
+// once (a lease.Set): fences maps each resource to the token that fences
+// it, the token of the lock the resource is bound to (for example
+// set.Fence(lock)). In the caller's transaction q, each resource, in
+// sorted order, is fenced with its own token by the statement Fence runs,
+// and holds its row lock until q ends. The first refusal is returned, and
+// the caller must roll back q: then no mark of any of the resources moves
+// and no write of the transaction commits. A transaction that commits
+// passed every fence.
+//
+// Errors are Fence's, each naming the resource refused and its token;
+// ErrInvalid comes before any SQL for an empty map, an invalid token or a
+// bad resource name. With a verifier (WithVerifier) every distinct token
+// is verified before the first statement.
+func (g *Guard) FenceAll(ctx context.Context, q DBTX, fences map[string]fence.Token) error {
+	return engine{g}.FenceAll(ctx, querier(q), fences)
+}
+
+// FenceAll is Guard.FenceAll on a backend.Querier: traced, counted and
+// logged as op "fence".
+func (g engine) FenceAll(ctx context.Context, q backend.Querier, fences map[string]fence.Token) error {
+	ctx, sp := g.startSpan(ctx, "fence", modeTable, g.tname, fence.Token{})
+	sp.hideLocks(fences)
+	sp.setInt(attrResources, len(fences))
+	err := g.decided(ctx, "fence", g.fenceAll(ctx, q, fences))
+	sp.end(err)
+	return err
+}
+
+func (g *Guard) fenceAll(ctx context.Context, q backend.Querier, fences map[string]fence.Token) error {
+	rs, err := canonicalAll(fences)
+	if err != nil {
+		return err
+	}
+	if err := needTx(q, "fence"); err != nil {
+		return err
+	}
+	if err := g.verifyAll(ctx, fences, rs); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if err := g.fenceOne(ctx, q, fences[r], r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyAll verifies the token of each of rs, in that order.
+func (g *Guard) verifyAll(ctx context.Context, fences map[string]fence.Token, rs []string) error {
+	for _, r := range rs {
+		if err := g.verify(ctx, "fence", fences[r]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// canonicalAll validates the inputs of FenceAll and returns the resources
+// sorted.
+func canonicalAll(fences map[string]fence.Token) ([]string, error) {
+	if len(fences) == 0 {
+		return nil, fmt.Errorf("%w: no resources to fence", ErrInvalid)
+	}
+	rs := slices.Sorted(maps.Keys(fences))
+	for _, r := range rs {
+		if err := validText("resource name", r, MaxResourceLen); err != nil {
+			return nil, err
+		}
+		if err := validToken(fences[r]); err != nil {
+			return nil, fmt.Errorf("resource %q: %w", r, err)
+		}
+	}
+	return rs, nil
 }
 
 // canonical validates the inputs and returns the resources sorted and
@@ -303,9 +380,24 @@ func (g engine) runTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 	if err := g.verifyBefore(ctx, tok, resources, countFence); err != nil {
 		return err
 	}
+	var fenceStep func(context.Context, backend.Tx) error
+	if len(resources) > 0 {
+		fenceStep = func(ctx context.Context, tx backend.Tx) error {
+			if countFence {
+				return g.Fence(ctx, tx, tok, resources...)
+			}
+			return g.fence(ctx, tx, tok, resources...)
+		}
+	}
+	return g.retry(ctx, begin, fenceStep, fn, sp)
+}
+
+// retry runs a transaction (fenceStep, if any, then fn, then COMMIT) and
+// runs it again after a retryable failure, up to the Guard's attempts.
+func (g engine) retry(ctx context.Context, begin backend.Begin, fenceStep, fn func(context.Context, backend.Tx) error, sp *span) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = g.runOnce(ctx, begin, tok, resources, fn, countFence)
+		err = g.runOnce(ctx, begin, fenceStep, fn)
 		sp.setInt(attrAttempts, attempt)
 		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= g.attempts || ctx.Err() != nil {
 			return err
@@ -318,6 +410,52 @@ func (g engine) runTx(ctx context.Context, begin backend.Begin, tok fence.Token,
 		}
 		sp.retried(attempt)
 	}
+}
+
+// RunTxAll is RunTx for a transaction that writes under several locks at
+// once (a lease.Set): it begins a transaction on db with opts, calls
+// FenceAll(fences), then fn, then commits, with RunTx's retries and
+// errors. fences maps each resource to its token (see FenceAll); it is
+// copied, and must not be empty. A refusal of any resource rolls the whole
+// transaction back: fn does not run and no mark moves.
+func (g *Guard) RunTxAll(ctx context.Context, db Beginner, opts *sql.TxOptions, fences map[string]fence.Token,
+	fn func(ctx context.Context, tx *sql.Tx) error) error {
+	var begin backend.Begin
+	if db != nil {
+		begin = beginSQL(db, opts)
+	}
+	var f func(context.Context, backend.Tx) error
+	if fn != nil {
+		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
+	}
+	return engine{g}.RunTxAll(ctx, begin, fences, f)
+}
+
+// RunTxAll is Guard.RunTxAll on a backend.Begin, traced.
+func (g engine) RunTxAll(ctx context.Context, begin backend.Begin, fences map[string]fence.Token,
+	fn func(context.Context, backend.Tx) error) error {
+	ctx, sp := g.startSpan(ctx, "tx", modeTable, g.tname, fence.Token{})
+	sp.hideLocks(fences)
+	sp.setInt(attrResources, len(fences))
+	err := g.runTxAll(ctx, begin, maps.Clone(fences), fn, sp)
+	sp.end(err)
+	return err
+}
+
+func (g engine) runTxAll(ctx context.Context, begin backend.Begin, fences map[string]fence.Token,
+	fn func(context.Context, backend.Tx) error, sp *span) error {
+	rs, err := canonicalAll(fences)
+	if err != nil {
+		return err
+	}
+	if begin == nil {
+		return fmt.Errorf("%w: run tx: nil Beginner", ErrInvalid)
+	}
+	if err := g.decidedIfErr(ctx, "fence", g.verifyAll(ctx, fences, rs)); err != nil {
+		return err
+	}
+	fenceStep := func(ctx context.Context, tx backend.Tx) error { return g.FenceAll(ctx, tx, fences) }
+	return g.retry(ctx, begin, fenceStep, fn, sp)
 }
 
 // checkTx refuses a transaction's arguments before anything runs.
@@ -362,8 +500,7 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-func (g engine) runOnce(ctx context.Context, begin backend.Begin, tok fence.Token, resources []string,
-	fn func(context.Context, backend.Tx) error, countFence bool) (err error) {
+func (g engine) runOnce(ctx context.Context, begin backend.Begin, fenceStep, fn func(context.Context, backend.Tx) error) (err error) {
 	tx, err := begin(ctx)
 	if err != nil {
 		return g.wrapErr(ctx, "begin", err)
@@ -373,14 +510,8 @@ func (g engine) runOnce(ctx context.Context, begin backend.Begin, tok fence.Toke
 			_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that matters is err
 		}
 	}()
-	if len(resources) > 0 {
-		var err error
-		if countFence {
-			err = g.Fence(ctx, tx, tok, resources...)
-		} else {
-			err = g.fence(ctx, tx, tok, resources...)
-		}
-		if err != nil {
+	if fenceStep != nil {
+		if err := fenceStep(ctx, tx); err != nil {
 			return err
 		}
 	}

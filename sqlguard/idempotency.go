@@ -30,7 +30,7 @@ func (g engine) Record(ctx context.Context, q backend.Querier, requestID string)
 	return g.traced(ctx, "record", "", g.rname, fence.Token{}, func(ctx context.Context, sp *span) error {
 		if sp != nil {
 			sp.s.SetAttributes(attrRequest.String(logattr.Hash(requestID)))
-			sp.hide = requestID
+			sp.hide = []string{requestID}
 		}
 		if err := validText("request id", requestID, MaxRequestIDLen); err != nil {
 			return err

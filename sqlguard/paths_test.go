@@ -220,6 +220,29 @@ func (g *testGuard) Fence(ctx context.Context, q any, tok fence.Token, resources
 	return g.sg.Fence(ctx, sq(q), tok, resources...)
 }
 
+func (g *testGuard) FenceAll(ctx context.Context, q any, fences map[string]fence.Token) error {
+	if g.pg != nil {
+		return g.pg.FenceAll(ctx, pq(q), fences)
+	}
+	return g.sg.FenceAll(ctx, sq(q), fences)
+}
+
+func (g *testGuard) RunTxAll(ctx context.Context, db any, opts *sql.TxOptions, fences map[string]fence.Token,
+	fn func(ctx context.Context, tx *testTx) error) error {
+	if g.pg != nil {
+		var f func(context.Context, pgx.Tx) error
+		if fn != nil {
+			f = func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, &testTx{pgx: tx}) }
+		}
+		return g.pg.RunTxAll(ctx, pb(db), pgxTxOptions(opts), fences, f)
+	}
+	var f func(context.Context, *sql.Tx) error
+	if fn != nil {
+		f = func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, &testTx{sql: tx}) }
+	}
+	return g.sg.RunTxAll(ctx, sb(db), opts, fences, f)
+}
+
 func (g *testGuard) Claim(ctx context.Context, db any, tok fence.Token, resources ...string) error {
 	if g.pg != nil {
 		return g.pg.Claim(ctx, pb(db), tok, resources...)

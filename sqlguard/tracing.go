@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
@@ -92,7 +93,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // does nothing.
 type span struct {
 	s    trace.Span
-	hide string // the token's lock name or Record's key: hashed in the status text
+	hide []string // the tokens' lock names or Record's key: hashed in the status text
 }
 
 // startSpan starts the span "fencekit.sqlguard."+op. table and tok may be
@@ -115,7 +116,7 @@ func (g *Guard) startSpan(ctx context.Context, op, mode, table string, tok fence
 		attrs = append(attrs, attrFence.Int64(tok.Revision))
 	}
 	ctx, s := g.tracer.Start(ctx, "fencekit.sqlguard."+op, trace.WithAttributes(attrs...))
-	return ctx, &span{s: s, hide: tok.Lock}
+	return ctx, &span{s: s, hide: []string{tok.Lock}}
 }
 
 // traced runs f as op "fencekit.sqlguard."+op (see startSpan), counts and
@@ -127,6 +128,16 @@ func (g *Guard) traced(ctx context.Context, op, mode, table string, tok fence.To
 	err := g.decided(ctx, op, f(ctx, sp))
 	sp.end(err)
 	return err
+}
+
+// hideLocks adds the lock names of fences to the names the span's status
+// hashes.
+func (s *span) hideLocks(fences map[string]fence.Token) {
+	if s != nil {
+		for _, t := range fences {
+			s.hide = append(s.hide, t.Lock)
+		}
+	}
 }
 
 // setInt sets an integer attribute.
@@ -154,7 +165,7 @@ func (s *span) end(err error) {
 		s.s.End()
 		return
 	}
-	hide := []string{s.hide}
+	hide := slices.Clone(s.hide)
 	var r *fence.RefusedError
 	var dup *DuplicateError
 	switch {

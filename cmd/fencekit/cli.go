@@ -70,15 +70,16 @@ type command struct {
 
 // synopses are the usage lines of the subcommands, after "fencekit ".
 var synopses = map[string]string{
-	"run":     "run [flags] [-n N] LOCK -- COMMAND [ARGS...]",
-	"status":  "status [--json] [--watch] [flags] [LOCK...]",
-	"ls":      "ls [flags]",
-	"release": "release --fence N [flags] LOCK",
-	"elect":   "elect [flags] NAME [VALUE] -- COMMAND [ARGS...]",
-	"observe": "observe [--json] [flags] NAME",
-	"leader":  "leader [--json] [flags] NAME",
-	"verify":  "verify [flags] TOKEN",
-	"mark":    "mark show|reset [--dsn DSN | --etcd-prefix P] [--old T --new T] RESOURCE",
+	"run":      "run [flags] [-n N] LOCK -- COMMAND [ARGS...]",
+	"status":   "status [--json] [--watch] [flags] [LOCK...]",
+	"ls":       "ls [flags]",
+	"release":  "release --fence N [flags] LOCK",
+	"elect":    "elect [flags] NAME [VALUE] -- COMMAND [ARGS...]",
+	"observe":  "observe [--json] [flags] NAME",
+	"leader":   "leader [--json] [flags] NAME",
+	"transfer": "transfer (--to N | --to-value V) [--fence N] [flags] NAME",
+	"verify":   "verify [flags] TOKEN",
+	"mark":     "mark show|reset [--dsn DSN | --etcd-prefix P] [--old T --new T] RESOURCE",
 }
 
 var commands = []command{
@@ -89,6 +90,7 @@ var commands = []command{
 	{"elect", synopses["elect"], "campaign; run a command while leading, kill it if the term is lost", cmdElect},
 	{"observe", synopses["observe"], "print every change of an election's leader until interrupted", cmdObserve},
 	{"leader", synopses["leader"], "print an election's leader (exit 1 when none)", cmdLeader},
+	{"transfer", synopses["transfer"], "planned hand-off: ask an election's leader to hand its term to a chosen candidate", cmdTransfer},
 	{"mark", synopses["mark"], "show a resource's mark; break-glass: reset it from exactly --old to --new", cmdMark},
 	{"verify", synopses["verify"], "is TOKEN (rev:lock) the current holder's fencing token? (exit 0 yes, 1 no)", cmdVerify},
 }
@@ -126,7 +128,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'fencekit COMMAND --help' for a command's flags.")
-	fmt.Fprintln(w, "Exit codes: 0 ok; 1 no (release or mark reset refused, no leader, token not")
+	fmt.Fprintln(w, "Exit codes: 0 ok; 1 no (release, transfer or mark reset refused, no leader, token not")
 	fmt.Fprintln(w, "current, no mark); 64 usage error; 69 connection error; 70 internal error;")
 	fmt.Fprintln(w, "75 not acquired; 76 etcd server too old; 79 lease, permit or term lost")
 	fmt.Fprintln(w, "(command killed); 126/127 command not runnable/found; otherwise (run, elect)")

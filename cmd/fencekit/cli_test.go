@@ -287,7 +287,9 @@ func TestRunMaxHoldAndMetadata(t *testing.T) {
 	env := endpointsEnv(cl)
 	out := filepath.Join(t.TempDir(), "out")
 	began := time.Now()
-	p := start(t, append(env, childEnv("loop", out)...), "run", "--max-hold", "1500ms", "--metadata", "nightly reindex", "capped", "--", testExe(t))
+	// The cap leaves room for the two status calls below, each up to a
+	// second or two on a loaded machine, before it ends the lease.
+	p := start(t, append(env, childEnv("loop", out)...), "run", "--max-hold", "5s", "--metadata", "nightly reindex", "capped", "--", testExe(t))
 	waitEvent(t, out, "start", 20*time.Second)
 	code, table, errOut := fk(t, env, "status", "capped")
 	require.Equal(t, 0, code, errOut)
@@ -295,8 +297,8 @@ func TestRunMaxHoldAndMetadata(t *testing.T) {
 	_, js, _ := fk(t, env, "status", "--json", "capped")
 	assert.Contains(t, js, `"value": "nightly reindex"`)
 
-	require.Equal(t, ExitLost, p.wait(t, 10*time.Second))
-	assert.GreaterOrEqual(t, time.Since(began), 1500*time.Millisecond)
+	require.Equal(t, ExitLost, p.wait(t, 15*time.Second))
+	assert.GreaterOrEqual(t, time.Since(began), 5*time.Second)
 	waitEvent(t, out, "term", time.Second)
 	assert.Contains(t, p.stderr.String(), "maximum")
 	requireFree(t, cl.Members[0].ClientURL, "capped")
@@ -305,6 +307,50 @@ func TestRunMaxHoldAndMetadata(t *testing.T) {
 		{"run", "--max-hold", "-1s", "x", "--", "true"},
 		{"run", "--metadata", "two\nlines", "x", "--", "true"},
 		{"run", "-n", "2", "--max-hold", "1s", "x", "--", "true"},
+	} {
+		code, _, errOut := fk(t, env, args...)
+		assert.Equal(t, ExitUsage, code, "%v: %s", args, errOut)
+		requireOneLine(t, errOut, "--")
+	}
+}
+
+// TestRunLockDelay: a "run --lock-delay" whose lock is force released is
+// not a release: status shows the delay and no holder, a --try run finds
+// the lock held, and the next run starts no sooner than the delay after
+// the release; bad values are usage errors.
+func TestRunLockDelay(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	out := filepath.Join(t.TempDir(), "out")
+	// Each fencekit call here takes up to a second or two on a loaded
+	// machine: a delay of 5 s leaves room for two of them within it.
+	p := start(t, append(env, childEnv("loop", out)...), "run", "--lock-delay", "5s", "delayed", "--", testExe(t))
+	ev := waitEvent(t, out, "start", 20*time.Second)
+	rev := strings.SplitN(ev.token, ":", 2)[0]
+	code, _, errOut := fk(t, env, "release", "--fence", rev, "delayed")
+	require.Equal(t, 0, code, errOut)
+	released := time.Now()
+	code, _, errOut = fk(t, env, "run", "--try", "delayed", "--", "true")
+	assert.Equal(t, ExitNotAcquired, code, errOut)
+	assert.Contains(t, errOut, "lock-delay until ~")
+	code, table, errOut := fk(t, env, "status", "delayed")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, table, "lock-delay until ~")
+	_, js, _ := fk(t, env, "status", "--json", "delayed")
+	assert.Contains(t, js, `"delayed_until"`)
+	assert.Contains(t, js, `"holder": null`)
+	t.Logf("status ran within %v of the force release", time.Since(released))
+	require.Equal(t, ExitLost, p.wait(t, 10*time.Second))
+	code, _, errOut = fk(t, env, "run", "--wait", "20s", "delayed", "--", "true")
+	require.Equal(t, 0, code, errOut)
+	waited := time.Since(released)
+	t.Logf("the next run ended %v after the force release (lock-delay 5s)", waited)
+	assert.GreaterOrEqual(t, waited, 5*time.Second)
+
+	for _, args := range [][]string{
+		{"run", "--lock-delay", "-1s", "x", "--", "true"},
+		{"run", "--lock-delay", "2m", "x", "--", "true"},
+		{"run", "-n", "2", "--lock-delay", "1s", "x", "--", "true"},
 	} {
 		code, _, errOut := fk(t, env, args...)
 		assert.Equal(t, ExitUsage, code, "%v: %s", args, errOut)

@@ -263,7 +263,7 @@ func readPassword(e *Env) (string, error) {
 func exitCode(err error) int {
 	var nh *lease.NotHolderError
 	switch {
-	case errors.As(err, &nh):
+	case errors.As(err, &nh), errors.Is(err, lease.ErrNotCandidate):
 		return ExitRefused
 	case errors.Is(err, lease.ErrInvalidName), errors.Is(err, lease.ErrInvalidSet), errors.Is(err, lease.ErrInvalidOption),
 		errors.Is(err, lease.ErrTTLTooShort),

@@ -13,6 +13,7 @@
 //	fencekit elect [--wait D] [--grace D] NAME [VALUE] -- COMMAND [ARGS...]
 //	fencekit observe [--json] NAME
 //	fencekit leader [--json] NAME
+//	fencekit transfer (--to N | --to-value V) [--fence N] NAME
 //	fencekit verify TOKEN
 //	fencekit mark show [--dsn DSN | --etcd-prefix P] RESOURCE
 //	fencekit mark reset --old REV:LOCK --new REV:LOCK [--dsn DSN | --etcd-prefix P] RESOURCE
@@ -73,8 +74,8 @@
 //	        ended it)
 //	0       the other commands: done (verify: yes; observe and
 //	        status --watch: interrupted)
-//	1       a "no": release or mark reset refused (nothing deleted or
-//	        changed); leader: nobody leads; verify: the token is not
+//	1       a "no": release, transfer or mark reset refused (nothing
+//	        deleted, asked or changed); leader: nobody leads; verify: the token is not
 //	        current; mark show: no mark
 //	64      usage error (bad flag, argument, lock name or TTL, or a lock
 //	        that others use as another kind of lock or a semaphore of
@@ -118,7 +119,11 @@
 // is lost, exit 79), with the term's FENCING_TOKEN and FENCEKIT_ELECTION;
 // it resigns when the command exits. observe prints the leader and every
 // change of it until interrupted (exit 0); leader prints the current one,
-// or exits 1 when nobody leads.
+// or exits 1 when nobody leads. transfer asks the leader to hand its term
+// to a waiting candidate, named by its fence (--to) or by the value it
+// published (--to-value, refused unless unique): the leader's elect sends
+// its command SIGTERM and, once it exits, transfers the term
+// (lease.Term.Transfer) instead of resigning.
 //
 // # verify
 //

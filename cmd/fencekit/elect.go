@@ -135,15 +135,28 @@ func (f *runFlags) elect(name, value string, cmdline []string, e *Env) int {
 }
 
 // termHeld is a term of an election as run holds it: released by
-// resigning.
+// resigning, or, when "fencekit transfer" asked for it, by transferring
+// the term to the candidate it named (resigning if that one has left).
 type termHeld struct{ *lease.Term }
 
-func (t termHeld) Release(ctx context.Context) error { return t.Resign(ctx) }
+func (t termHeld) Release(ctx context.Context) error {
+	to, ok := t.TransferRequested()
+	if !ok {
+		return t.Resign(ctx)
+	}
+	err := t.Transfer(ctx, to)
+	var nc *lease.NotCandidateError
+	if errors.As(err, &nc) && !nc.Resigned {
+		return t.Resign(ctx) // the candidate left: step down all the same
+	}
+	return err
+}
 
 func termHolding(t *lease.Term, name string) *holding {
 	tok := t.Fence().String()
 	return &holding{held: termHeld{t}, name: name, what: "term", desc: "fencing token " + tok,
-		env: []string{"FENCING_TOKEN=" + tok, "FENCEKIT_ELECTION=" + name}}
+		env:   []string{"FENCING_TOKEN=" + tok, "FENCEKIT_ELECTION=" + name},
+		asked: t.ReleaseRequested()}
 }
 
 // leaderJSON is a leader in "observe --json" and "leader --json" output.

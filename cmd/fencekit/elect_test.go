@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -195,4 +196,74 @@ func TestElectStoppedChildKilled(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
 	assert.Equal(t, ExitLost, p.wait(t, 20*time.Second), p.stderr.String())
 	assert.Contains(t, p.stderr.String(), "fencekit elect (watchdog)")
+}
+
+// TestTransferElect: "transfer --to-value" asks the leader run by elect to
+// hand over to the chosen candidate, passing over the one queued ahead of
+// it: the leader's command gets SIGTERM, elect exits with its code once it
+// exits, and the chosen candidate's command starts with a higher term.
+// A transfer to a value nobody waiting published, or naming a fence that
+// does not lead, is refused (exit 1) and asks nothing.
+func TestTransferElect(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	dir := t.TempDir()
+	elect := func(value string) (*proc, string) {
+		out := filepath.Join(dir, value)
+		return start(t, append(append([]string{}, env...), childEnv("loop", out)...), "elect", "--ttl", "2s", "sched", value, "--", testExe(t)), out
+	}
+	a, outA := elect("pod-a")
+	evA := waitEvent(t, outA, "start", 20*time.Second)
+	b, outB := elect("pod-b")
+	waitQueue(t, cl, "sched", 2)
+	c, outC := elect("pod-c")
+	waitQueue(t, cl, "sched", 3)
+
+	code, _, errOut := fk(t, env, "transfer", "--to-value", "pod-z", "sched")
+	assert.Equal(t, ExitRefused, code, errOut)
+	requireOneLine(t, errOut, "nothing asked")
+	rev := strings.SplitN(evA.token, ":", 2)[0]
+	code, _, errOut = fk(t, env, "transfer", "--fence", rev+"1", "--to-value", "pod-c", "sched")
+	assert.Equal(t, ExitRefused, code, errOut)
+	requireOneLine(t, errOut, "nothing asked")
+	code, _, errOut = fk(t, env, "transfer", "--to-value", "pod-c", "sched")
+	assert.Equal(t, ExitUsage, fkCode(t, env, "transfer", "sched"), "neither --to nor --to-value")
+	require.Equal(t, 0, code, errOut)
+	requireOneLine(t, errOut, `asked the leader of election "sched"`)
+
+	waitEvent(t, outA, "term", 5*time.Second)
+	require.Equal(t, 143, a.wait(t, 10*time.Second), a.stderr.String())
+	evC := waitEvent(t, outC, "start", 10*time.Second)
+	tokA, err := fence.Parse(evA.token)
+	require.NoError(t, err)
+	tokC, err := fence.Parse(evC.token)
+	require.NoError(t, err)
+	assert.Greater(t, tokC.Revision, tokA.Revision)
+	code, stdout, errOut := fk(t, env, "leader", "sched")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, stdout, `value "pod-c"`)
+	_, err = os.Stat(outB)
+	assert.True(t, os.IsNotExist(err), "pod-b, passed over, never led")
+
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 143, c.wait(t, 10*time.Second), c.stderr.String())
+	waitEvent(t, outB, "start", 10*time.Second)
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 143, b.wait(t, 10*time.Second), b.stderr.String())
+}
+
+// waitQueue waits until n records queue for the election name.
+func waitQueue(t *testing.T, cl *etcdtest.Cluster, name string, n int) {
+	t.Helper()
+	locks := newLocks(t, cl)
+	require.Eventually(t, func() bool {
+		st, err := locks.Inspect(ctxT(t, 5*time.Second), name)
+		return err == nil && st.Holder != nil && len(st.Waiters)+1 == n
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
+func fkCode(t *testing.T, env []string, args ...string) int {
+	t.Helper()
+	code, _, _ := fk(t, env, args...)
+	return code
 }

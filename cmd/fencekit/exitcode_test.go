@@ -42,6 +42,8 @@ var exitCodes = map[string]struct {
 	"ErrSessionExpired":   {lease.ErrSessionExpired, ExitLost},
 	"ErrDeadline":         {lease.ErrDeadline, ExitLost},
 	"ErrReleased":         {lease.ErrReleased, ExitSoftware},
+	"ErrTransferred":      {lease.ErrTransferred, ExitSoftware},
+	"ErrNotCandidate":     {lease.ErrNotCandidate, ExitRefused},
 	"ErrClosed":           {lease.ErrClosed, ExitSoftware},
 	"ErrEtcdClosed":       {lease.ErrEtcdClosed, ExitSoftware},
 	"ErrNoLeader":         {lease.ErrNoLeader, ExitSoftware},

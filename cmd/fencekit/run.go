@@ -59,6 +59,14 @@ SIGTERM, and the lock is released once the command exits; the exit code
 stays the command's. --max-hold D ends the lease after D even while its
 renewals succeed (the command is killed as on any loss, exit 79, and the
 lock passes on): for a job that may wedge while its process lives.
+--lock-delay D makes the lock wait D (rounded up to whole seconds, at
+most 1m) before the next holder starts when this run's hold ends without
+a release: fencekit or its host died or was cut off, the lock was force
+released, or --max-hold ended it. A late write of the lost run then lands
+before the next run starts, for resources that cannot check
+FENCING_TOKEN. The delay is kept in etcd, so every other run and Client
+honours it; a normal exit releases at once ("fencekit status" shows a
+pending delay as "lock-delay until").
 --metadata TEXT stores a note with the lock's record (a job id, why it
 runs), which "fencekit status" shows; anyone who may read the prefix can
 read it.
@@ -97,6 +105,7 @@ type runFlags struct {
 	verbose    bool
 	maxHold    time.Duration // --max-hold: end the lease after this long (0: no cap)
 	metadata   string        // --metadata: a note stored with the record
+	lockDelay  time.Duration // --lock-delay: delay the next holder after a hold that ends unreleased (0: none)
 }
 
 func cmdRun(args []string, e *Env) int {
@@ -110,6 +119,7 @@ func cmdRun(args []string, e *Env) int {
 	fs.DurationVar(&f.progress, "progress", 5*time.Second, "while waiting, print the time waited and the queue position this often (0: never)")
 	fs.BoolVar(&f.verbose, "v", false, "print when the lock is acquired and released")
 	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the lease after this long even while renewals succeed: the command is killed and the lock passes on (0: no cap; not with -n)")
+	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when the hold ends without a release (crash, partition, force release, --max-hold), the next holder waits this long (rounded up to seconds, at most 1m; 0: none; not with -n)")
 	fs.StringVar(&f.metadata, "metadata", "", "a note stored with the lock's record, shown by 'fencekit status' (at most 256 bytes, no control characters; not with -n)")
 	lock, cmdline, err := parseRun(fs, args, e)
 	if err != nil {
@@ -169,10 +179,6 @@ func (f *runFlags) check() error {
 		return fmt.Errorf("--progress %v must not be negative", f.progress)
 	case f.permitsSet && (f.permits < 1 || f.permits > lease.MaxPermits):
 		return fmt.Errorf("-n %d: want 1..%d permits (or no -n for a lock)", f.permits, lease.MaxPermits)
-	case f.maxHold < 0:
-		return fmt.Errorf("--max-hold %v must not be negative", f.maxHold)
-	case f.permitsSet && (f.maxHold > 0 || f.metadata != ""):
-		return errors.New("--max-hold and --metadata apply to a lock, not to a permit (-n)")
 	}
 	if _, err := f.acquireOptions(); err != nil {
 		return err
@@ -187,12 +193,26 @@ func (f *runFlags) check() error {
 	return nil
 }
 
-// acquireOptions are the lease options of --max-hold and --metadata; an
-// invalid one is an error naming its flag.
+// acquireOptions are the lease options of --max-hold, --lock-delay and
+// --metadata; an invalid one is an error naming its flag.
 func (f *runFlags) acquireOptions() ([]lease.AcquireOption, error) {
+	switch {
+	case f.maxHold < 0:
+		return nil, fmt.Errorf("--max-hold %v must not be negative", f.maxHold)
+	case f.lockDelay < 0:
+		return nil, fmt.Errorf("--lock-delay %v must not be negative", f.lockDelay)
+	case f.permitsSet && (f.maxHold > 0 || f.metadata != "" || f.lockDelay > 0):
+		return nil, errors.New("--max-hold, --lock-delay and --metadata apply to a lock, not to a permit (-n)")
+	}
 	var opts []lease.AcquireOption
 	if f.maxHold > 0 {
 		opts = append(opts, lease.WithMaxHold(f.maxHold))
+	}
+	if f.lockDelay > 0 {
+		if err := lease.ValidateLockDelay(f.lockDelay); err != nil {
+			return nil, fmt.Errorf("--lock-delay: %w", err)
+		}
+		opts = append(opts, lease.WithLockDelay(f.lockDelay))
 	}
 	if f.metadata != "" {
 		if err := lease.ValidateMetadata(f.metadata); err != nil {
@@ -468,7 +488,10 @@ func (f *runFlags) note(lock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
 	st, err := f.locks.Inspect(ctx, lock)
-	if err != nil || st.Holder == nil {
+	switch {
+	case err == nil && st.Holder == nil && !st.DelayedUntil.IsZero():
+		return fmt.Sprintf(" (a holder vanished without releasing: lock-delay until ~%s)", st.DelayedUntil.UTC().Format(time.RFC3339))
+	case err != nil || st.Holder == nil:
 		return ""
 	}
 	if f.permits > 0 {
@@ -640,7 +663,7 @@ loop:
 		case <-h.asked:
 			h.asked = nil
 			signalTree(pgid, skip, syscall.SIGTERM)
-			fmt.Fprintf(e.Stderr, "fencekit %s: asked to release %q (fencekit release --ask); sent SIGTERM to the command, releasing when it exits\n", f.cmd, h.name)
+			fmt.Fprintf(e.Stderr, "fencekit %s: asked to release %q (fencekit release --ask, or transfer); sent SIGTERM to the command, releasing when it exits\n", f.cmd, h.name)
 		case <-h.Done():
 			kill(lossCause(h.Err()))
 		case <-own.C:

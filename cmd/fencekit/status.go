@@ -18,7 +18,10 @@ Without LOCK arguments, every lock that is held or waited for.
 For the holder and each waiter: the fencing token, the owner digest (never
 the owner token), the instance id, "since" (a lower bound on when the record
 was written: the owner process's start time, which its owner token carries;
-etcd stores no times), the hold count, and the session TTL left.
+etcd stores no times), the hold count, and the session TTL left. A lock
+whose holder vanished without releasing, and that was acquired with a
+lock-delay ("run --lock-delay"), shows "lock-delay until ~T" (about when
+the next holder may start; JSON: delayed_until) and no holder meanwhile.
 
 With --watch, status follows the locks through one etcd watch of the
 prefix and prints them again at every change until SIGINT or SIGTERM
@@ -50,6 +53,7 @@ type recordJSON struct {
 	Kind         string    `json:"kind,omitempty"`
 	Held         bool      `json:"held"`
 	Value        string    `json:"value,omitempty"`
+	LockDelay    float64   `json:"lock_delay_seconds,omitempty"`
 }
 
 // lockJSON is one lock in "status --json" output.
@@ -58,6 +62,8 @@ type lockJSON struct {
 	Revision int64        `json:"revision"`
 	Holder   *recordJSON  `json:"holder"`
 	Waiters  []recordJSON `json:"waiters"`
+	// DelayedUntil is set while the lock waits out a lock-delay.
+	DelayedUntil *time.Time `json:"delayed_until,omitempty"`
 }
 
 // lsJSON is one lock in "ls --json" output.
@@ -85,11 +91,15 @@ func toRecordJSON(r lease.Record) recordJSON {
 		Kind:         r.Kind,
 		Held:         r.Held,
 		Value:        r.Value,
+		LockDelay:    r.LockDelay.Seconds(),
 	}
 }
 
 func toLockJSON(st lease.LockState) lockJSON {
 	out := lockJSON{Lock: st.Name, Revision: st.Revision, Waiters: []recordJSON{}}
+	if !st.DelayedUntil.IsZero() {
+		out.DelayedUntil = &st.DelayedUntil
+	}
 	if st.Holder != nil {
 		h := toRecordJSON(*st.Holder)
 		out.Holder = &h
@@ -237,7 +247,12 @@ func writeStatus(w io.Writer, states []lease.LockState) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOCK\tROLE\tFENCE\tOWNER\tINSTANCE\tSINCE>=\tHOLDS\tTTL\tNOTE")
 	for _, st := range states {
-		if st.Holder == nil {
+		switch {
+		case st.Holder == nil && !st.DelayedUntil.IsZero():
+			// A holder vanished without releasing: nobody holds the lock
+			// until its lock-delay ends.
+			fmt.Fprintf(tw, "%s\tlock-delay until ~%s\t-\t-\t-\t-\t-\t-\t-\n", st.Name, st.DelayedUntil.UTC().Format(time.RFC3339))
+		case st.Holder == nil:
 			fmt.Fprintf(tw, "%s\tfree\t-\t-\t-\t-\t-\t-\t-\n", st.Name)
 		}
 		row := func(role string, r lease.Record) {

@@ -17,7 +17,9 @@ import (
 
 // MetadataKey is the gRPC metadata key that carries a fencing token, with
 // the same value as guard.Header: the token's text form, for example
-// "42:orders". A call carries at most one.
+// "42:orders". A call that writes under several locks at once (a
+// lease.Set) carries one value per token, and the server also accepts
+// the comma-separated lists of guard.Header (see guard.TokensFromValues).
 const MetadataKey = "fencing-token"
 
 // ErrorDomain is the Domain of the google.rpc.ErrorInfo detail of the
@@ -83,8 +85,9 @@ type RouteFunc func(ctx context.Context, fullMethod string, req any) (guard.Targ
 
 // UnaryServerInterceptor returns a gRPC server interceptor that fences
 // with g the calls route maps to a Target, with the rule of
-// guard.Guard.Middleware: it reads the token from MetadataKey and runs the
-// handler through g (guard.Guard.Serve), with the token in its context.
+// guard.Guard.Middleware: it reads the token from MetadataKey (of several,
+// the Target's lock's: guard.TokenForLock) and runs the handler through g
+// (guard.Guard.Serve), with that token in its context.
 // Refusals are status errors carrying an ErrorInfo detail, with the code
 // and reason of the refusal's fence.Outcome (see Code and Reason): stale
 // or wrong lock gives codes.Aborted, a mark ahead of the lock service
@@ -146,13 +149,14 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 func serveRPC(ctx context.Context, g *guard.Guard, tgt guard.Target, fenced bool, handle func(context.Context) error) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	t, err := TokenFromMetadata(md)
+	ts, err := TokensFromMetadata(md)
 	if !fenced {
 		if err == nil {
-			ctx = fence.NewContext(ctx, t)
+			ctx = fence.NewTokensContext(ctx, ts...)
 		}
 		return handle(ctx)
 	}
+	t := guard.TokenForLock(ts, tgt.Lock)
 	ran, err := g.Serve(ctx, tgt, t, err, handle)
 	if ran {
 		return err
@@ -209,11 +213,21 @@ func TokenFromMetadata(md metadata.MD) (fence.Token, error) {
 	return guard.TokenFromValues(md.Get(MetadataKey))
 }
 
+// TokensFromMetadata returns the tokens carried by md under MetadataKey,
+// as guard.TokensFromValues reads them: one or several values, each a
+// token or a comma-separated list of tokens.
+func TokensFromMetadata(md metadata.MD) ([]fence.Token, error) {
+	return guard.TokensFromValues(md.Get(MetadataKey))
+}
+
 // UnaryClientInterceptor returns a gRPC client interceptor that sends the
-// fencing token found in each call's context (fence.FromContext) as
-// MetadataKey, replacing any value already there. Calls without a token
-// are sent unchanged; a call whose context carries an invalid token fails
-// with an error matching fence.ErrInvalid and is not sent.
+// fencing tokens found in each call's context (fence.TokensFromContext) as
+// MetadataKey, one value per token, replacing any value already there: a
+// call carrying one token sends exactly one value, its text form. Calls
+// without a token are sent unchanged; a call whose context carries an
+// invalid token, two tokens of one lock or more than fence.MaxTokens fails
+// with an error matching fence.ErrInvalid (fence.ValidateTokens) and is
+// not sent.
 func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx, err := outgoing(ctx)
@@ -236,12 +250,16 @@ func StreamClientInterceptor() grpc.StreamClientInterceptor {
 }
 
 func outgoing(ctx context.Context) (context.Context, error) {
-	tok, ok := fence.FromContext(ctx)
-	if !ok {
+	ts := fence.TokensFromContext(ctx)
+	if ts == nil {
 		return ctx, nil
 	}
-	if err := tok.Validate(); err != nil {
+	if err := fence.ValidateTokens(ts); err != nil {
 		return ctx, fmt.Errorf("grpcguard: token in call context: %w", err)
+	}
+	vals := make([]string, len(ts))
+	for i, t := range ts {
+		vals[i] = t.String()
 	}
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if ok {
@@ -249,6 +267,6 @@ func outgoing(ctx context.Context) (context.Context, error) {
 	} else {
 		md = metadata.MD{}
 	}
-	md.Set(MetadataKey, tok.String())
+	md.Set(MetadataKey, vals...)
 	return metadata.NewOutgoingContext(ctx, md), nil
 }

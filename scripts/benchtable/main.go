@@ -112,7 +112,7 @@ func parse(r io.Reader) (*results, error) {
 }
 
 // benchOrder is the order of benchmarks in the tables; others follow.
-var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Observe", "AcquireAll", "AcquireAllContended", "Guard", "Redis", "LossSignal", "ManyLocks", "ManyHolders"}
+var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Transfer", "Observe", "AcquireAll", "AcquireAllContended", "Guard", "Redis", "LossSignal", "ManyLocks", "ManyHolders"}
 
 func benchRank(bench string) int {
 	if i := slices.Index(benchOrder, bench); i >= 0 {
@@ -309,6 +309,14 @@ func verdict(pass, worstPasses bool) string {
 	return "**MISSED**"
 }
 
+// p99Verdict words the p99 part of a two-part target.
+func p99Verdict(pass bool) string {
+	if pass {
+		return "; p99 met"
+	}
+	return "; p99 **MISSED**"
+}
+
 // ratioTarget returns the target for the ratio pair of rw and its
 // verdict, or empty strings when the pair has none.
 func ratioTarget(res *results, rw row, pair string) (string, string) {
@@ -354,6 +362,12 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 		return atLeast(float64(k) / 1.5)
 	case rw.bench == "Election" && pair == "fencekit/lock":
 		return atMost(2)
+	case rw.bench == "Transfer" && pair == "fencekit/uncontended":
+		// Two targets: the median hand-off against an uncontended cycle,
+		// and the 99th percentile hand-off in absolute terms.
+		p99, _ := res.get(rw, "fencekit-p99-ms")
+		text, verdictText := atMost(1.5)
+		return fmt.Sprintf("%s; p99 ≤ 50 ms (p99 %s)", text, showMs(p99)), verdictText + p99Verdict(p99 <= 50)
 	case rw.bench == "Observe" && pair == "fencekit/etcdelection":
 		fk, _ := res.get(rw, "fencekit-ms/op")
 		return "a change seen ≤ 5 ms after Proclaim (median)", verdict(fk <= 5, true)

@@ -188,3 +188,25 @@ BenchmarkAcquireAll/k=8-2   1   2.8 set-ms/op   1.8 single-ms/op   20 ops/block 
 		}
 	}
 }
+
+// Transfer's target has two parts: the median against an uncontended
+// cycle, and the p99 hand-off in milliseconds.
+func TestTransferTarget(t *testing.T) {
+	for _, tc := range []struct{ ratio, p99, want string }{
+		{"1.2", "30", "| ≤ 1.50x; p99 ≤ 50 ms (p99 30.0 ms) | met; p99 met |"},
+		{"1.2", "60", "| ≤ 1.50x; p99 ≤ 50 ms (p99 60.0 ms) | met; p99 **MISSED** |"},
+		{"1.7", "30", "| ≤ 1.50x; p99 ≤ 50 ms (p99 30.0 ms) | **MISSED**; p99 met |"},
+	} {
+		line := "BenchmarkTransfer/n=5-2   1   2.0 fencekit-ms/op   " + tc.p99 + " fencekit-p99-ms   1.5 resign-ms/op   1.6 uncontended-ms/op   20 ops/block   " +
+			tc.ratio + " ratio:fencekit/uncontended   " + tc.ratio + " ratio:fencekit/uncontended-max   1.0 ratio:fencekit/uncontended-min   12 rounds\n"
+		res, err := parse(strings.NewReader(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		writeRatios(&out, res)
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("ratio %s p99 %s: table lacks %q:\n%s", tc.ratio, tc.p99, tc.want, out.String())
+		}
+	}
+}

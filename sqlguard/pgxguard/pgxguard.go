@@ -121,6 +121,25 @@ func (g *Guard) RunTx(ctx context.Context, db Beginner, opts pgx.TxOptions, tok 
 	return g.e.RunTx(ctx, g.begin(db, opts), tok, resources, f)
 }
 
+// FenceAll fences each resource of fences with its own token inside the
+// caller's transaction q, as sqlguard.Guard.FenceAll does: for a
+// transaction that writes under several locks at once (a lease.Set).
+func (g *Guard) FenceAll(ctx context.Context, q DBTX, fences map[string]fence.Token) error {
+	return g.e.FenceAll(ctx, g.querier(q), fences)
+}
+
+// RunTxAll is RunTx with a FenceAll(fences) before fn, as
+// sqlguard.Guard.RunTxAll: a refusal of any resource rolls the whole
+// transaction back.
+func (g *Guard) RunTxAll(ctx context.Context, db Beginner, opts pgx.TxOptions, fences map[string]fence.Token,
+	fn func(ctx context.Context, tx pgx.Tx) error) error {
+	var f func(context.Context, backend.Tx) error
+	if fn != nil {
+		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(pgxTx).tx) }
+	}
+	return g.e.RunTxAll(ctx, g.begin(db, opts), fences, f)
+}
+
 // Update runs u with tok in row-column mode, as sqlguard.Guard.Update
 // does. Where uses PostgreSQL placeholders ($1, ...). On a *pgxpool.Pool a
 // multi-row update runs in a transaction of its own.

@@ -60,6 +60,8 @@ type Engine[Update, Upsert, Mark any] interface {
 	Fence(ctx context.Context, q Querier, tok fence.Token, resources ...string) error
 	Claim(ctx context.Context, begin Begin, tok fence.Token, resources ...string) error
 	RunTx(ctx context.Context, begin Begin, tok fence.Token, resources []string, fn func(context.Context, Tx) error) error
+	FenceAll(ctx context.Context, q Querier, fences map[string]fence.Token) error
+	RunTxAll(ctx context.Context, begin Begin, fences map[string]fence.Token, fn func(context.Context, Tx) error) error
 	Update(ctx context.Context, q Querier, tok fence.Token, u Update) (int64, error)
 	Upsert(ctx context.Context, q Querier, tok fence.Token, u Upsert) error
 	Record(ctx context.Context, q Querier, requestID string) error

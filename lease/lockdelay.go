@@ -1,0 +1,279 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/internal/logattr"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxLockDelay is the longest lock-delay WithLockDelay accepts, as in
+// Chubby and Consul: a delay is a safety net for late writes, not a way to
+// keep a lock out of use.
+const MaxLockDelay = time.Minute
+
+// delaySlack is added to every lock-delay lease's TTL: it covers the time
+// between the renewal (or grant) of a lock-delay lease and the later
+// renewal of the session (or delete of the record) it must outlast, and
+// whole-second rounding never shortens a delay.
+const delaySlack = time.Second
+
+// WithLockDelay makes the lock wait d before it admits the next holder
+// when this acquisition's record disappears without a clean Release: its
+// session expired or was revoked (the holder crashed, was partitioned or
+// paused), its record was deleted (ForceRelease, "fencekit release
+// --fence") or it reached WithMaxHold. A Release hands over at once. It
+// is for resources that cannot check fencing tokens: a late write of a
+// vanished holder lands before the next holder starts, if it lands within
+// d.
+//
+// The delay is kept in etcd, not in configuration, so every participant
+// honours it: Clients that did not pass the option, waiters queued behind,
+// and acquirers that arrive after the holder vanished. With the record the
+// acquisition writes a lock-delay marker in the lock's directory, in the
+// same transaction, so that it queues at the record's place; the marker is
+// attached to a second etcd lease of the session whose TTL is the
+// session's TTL plus d plus one second, renewed together with (just before)
+// the session. When the session expires, the record goes at once and the
+// marker d to d + 1 s later. ForceRelease reads the marker in the
+// transaction that deletes the record and then moves it to a lease of
+// d + 1 s (a put keeps its creation revision, so its place); a Client
+// whose lease ends otherwise while its session lives (its record deleted
+// or overwritten, WithMaxHold) does the same. Until the marker goes the
+// lock is delayed (Inspect: LockState.DelayedUntil; "fencekit status":
+// "lock-delay until"). The next holder thus starts at least d after the
+// record vanished, provided etcd applies each session renewal within a
+// second of the lock-delay lease's renewal sent just before it; and
+// usually at most d + 1 s plus etcd's lease-expiry lag after (up to the
+// TTL + d + 1 s when a Client revokes or closes its session, or a
+// ForceRelease could not move the marker).
+//
+// d rounds up to whole seconds and must be positive and at most
+// MaxLockDelay, or the acquisition fails with ErrInvalidOption before
+// anything is written. It costs, per session and distinct d, one etcd lease
+// granted on first use and renewed with the session (the session is
+// renewed only once its lock-delay leases are), plus the marker's put in
+// the record's transaction and its delete in the Release's: no extra
+// request per acquisition. A waiter that dies while it waits leaves its
+// marker too, so those behind it wait d after its record goes.
+// A Client's Close ends its leases without releasing them: release first
+// for a hand-over without delay.
+func WithLockDelay(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(r *request) error {
+		if err := ValidateLockDelay(d); err != nil {
+			return err
+		}
+		r.lockDelay = roundUpSeconds(d)
+		return nil
+	})
+}
+
+// ValidateLockDelay returns nil for a delay WithLockDelay accepts: more
+// than 0 and at most MaxLockDelay; otherwise an error matching
+// ErrInvalidOption.
+func ValidateLockDelay(d time.Duration) error {
+	if d <= 0 || d > MaxLockDelay {
+		return fmt.Errorf("%w: lock-delay %v is not in (0, %v]", ErrInvalidOption, d, MaxLockDelay)
+	}
+	return nil
+}
+
+// roundUpSeconds rounds d up to whole seconds.
+func roundUpSeconds(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// A lock-delay marker lives at <record key>.d<n>, n a hex number the
+// session never uses twice, so that a marker that outlives its record
+// never meets a later record's under a reused key. Its value is
+// encodeValue(markerOwner, 1, d): a value older Clients parse as a
+// record's, so they do not report it as foreign while they wait behind it.
+const (
+	markerSep   = ".d"
+	markerOwner = "lock-delay"
+)
+
+// delayMark is an acquisition's lock-delay marker.
+type delayMark struct {
+	key    string
+	value  string
+	delay  time.Duration
+	shadow clientv3.LeaseID // the session's lock-delay lease it is attached to
+}
+
+// put is the marker's write, in the record's transaction.
+func (m *delayMark) put() clientv3.Op {
+	return clientv3.OpPut(m.key, m.value, clientv3.WithLease(m.shadow))
+}
+
+// markerValue is the stored value of a marker of delay d.
+func markerValue(d time.Duration) string {
+	return encodeValue(markerOwner, 1, d.String())
+}
+
+// isMarker reports whether key is a lock-delay marker's.
+func isMarker(key string) bool {
+	_, ok := markerRecord(key)
+	return ok
+}
+
+// markerRecord returns the key of the record the marker at key belongs
+// to; ok is false if key is not a marker's.
+func markerRecord(key string) (rec string, ok bool) {
+	i := strings.LastIndex(key, markerSep)
+	if i < 0 || strings.LastIndexByte(key, '/') > i {
+		return "", false
+	}
+	rec, n := key[:i], key[i+len(markerSep):]
+	if n == "" || !isHex(n) {
+		return "", false
+	}
+	if k, ok := kindOf(rec); !ok || k != exclusive {
+		return "", false
+	}
+	return rec, true
+}
+
+// markerDelay returns the delay a marker's value names.
+func markerDelay(v []byte) (time.Duration, bool) {
+	tok, _, payload, ok := decodeRecord(v)
+	if !ok || tok != markerOwner {
+		return 0, false
+	}
+	d, err := time.ParseDuration(payload)
+	return d, err == nil && d > 0
+}
+
+// newMark returns the marker of the record at key, of delay d, on the
+// session's lock-delay lease for d (granted now if it has none).
+func (c *Client) newMark(ctx context.Context, s *session, key string, d time.Duration) (*delayMark, error) {
+	id, err := c.shadowFor(ctx, s, d)
+	if err != nil {
+		return nil, err
+	}
+	return &delayMark{key: key + markerSep + s.nextMarker(), value: markerValue(d), delay: d, shadow: id}, nil
+}
+
+// shadowFor returns s's lock-delay lease for d, granting it on first use.
+func (c *Client) shadowFor(ctx context.Context, s *session, d time.Duration) (clientv3.LeaseID, error) {
+	if id, ok := s.shadow(d); ok {
+		return id, nil
+	}
+	resp, err := c.etcd.Grant(ctx, int64((s.ttl+d+delaySlack)/time.Second))
+	if err != nil {
+		return 0, fmt.Errorf("lease: grant lock-delay lease: %w", errors.Join(rpcError(err), ctx.Err()))
+	}
+	id, kept := s.addShadow(d, resp.ID)
+	if !kept {
+		// Another acquisition granted one first, or s ended: nothing is
+		// attached to this one.
+		c.bg.spawn(func() { c.revokeLease(resp.ID, s.ttl) })
+	}
+	return id, nil
+}
+
+// revokeLease revokes an etcd lease of the Client's, bounded by ttl; a
+// lease it fails to revoke expires by itself.
+func (c *Client) revokeLease(id clientv3.LeaseID, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(c.bg.ctx, ttl)
+	defer cancel()
+	_, _ = c.etcd.Revoke(ctx, id)
+}
+
+// renewShadows renews s's lock-delay leases, before s itself (see
+// keepAlive), so that each outlasts the session by its delay. A
+// lock-delay lease that no longer exists (revoked by hand) is forgotten:
+// its markers went with it. It returns the first other error.
+func (c *Client) renewShadows(ctx context.Context, s *session) error {
+	for d, id := range s.shadowList() {
+		_, err := c.etcd.KeepAliveOnce(ctx, id)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.dropShadow(d, id)
+			c.log.Warn("lease lock-delay lease gone; the markers on it went with it",
+				slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.Duration("delay", d))
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// expireMarker starts the countdown of l's lock-delay marker, once l has
+// ended otherwise than by a Release while its session lives: the marker
+// moves, if it is still on the session's lock-delay lease, to a new lease
+// of its delay (plus delaySlack), keeping its place in the queue. A
+// session that ends meanwhile leaves the marker on its lock-delay lease,
+// which expires by itself at least the delay later.
+func (c *Client) expireMarker(l *Lease) {
+	m := l.mark
+	for attempt := 0; ; attempt++ {
+		if l.sess.failure() != nil || c.bg.ctx.Err() != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
+		err := c.moveMarker(ctx, m)
+		cancel()
+		if err == nil {
+			return
+		}
+		if attempt == 0 {
+			c.log.Warn("lease lock-delay marker not moved; trying again", logattr.Lock(l.name), logattr.Fence(l.rev),
+				slog.String("error", err.Error()))
+		}
+		if !c.bg.sleep(100 * time.Millisecond) {
+			return
+		}
+	}
+}
+
+// moveMarker moves m from its session's lock-delay lease to a new lease
+// of its delay, unless it is on that lease no more (moved or deleted).
+func (c *Client) moveMarker(ctx context.Context, m *delayMark) error {
+	grant, err := c.etcd.Grant(ctx, delayTTL(m.delay))
+	if err != nil {
+		return err
+	}
+	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.shadow)).
+		Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(grant.ID))).Commit()
+	if err != nil || !resp.Succeeded {
+		c.bg.spawn(func() { c.revokeLease(grant.ID, time.Duration(delayTTL(m.delay))*time.Second) })
+	}
+	return err
+}
+
+// delayTTL is the TTL, in seconds, of the lease a marker of delay d moves
+// to when its countdown starts.
+func delayTTL(d time.Duration) int64 {
+	return int64(roundUpSeconds(d+delaySlack) / time.Second)
+}
+
+// resolveHead returns the record that heads a queue whose first entry
+// (read with headRecord) is head: head itself, or, when head is a
+// lock-delay marker (which shares its record's creation revision, so
+// either may come first), its record if that still exists. It returns
+// nil when the queue's head is a marker without its record: the lock is
+// in its delay, and nobody holds it. A queue without markers costs no
+// request.
+func resolveHead(ctx context.Context, kv clientv3.KV, head *mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+	rec, ok := markerRecord(string(head.Key))
+	if !ok {
+		return head, nil
+	}
+	resp, err := kv.Get(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == head.CreateRevision {
+		return resp.Kvs[0], nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,466 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/logattr"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxTransferSkip is the most candidates a Transfer may pass over: those
+// queued between the leader and the chosen successor. Each costs the
+// transfer's transaction two operations (besides its own two), and etcd
+// bounds a transaction's operations (128 by default).
+const MaxTransferSkip = 50
+
+// Candidate is one candidate waiting in an election's queue, as
+// Election.Candidates lists it.
+type Candidate struct {
+	// Value is the public value the candidate published.
+	Value string
+	// Term is the term the candidate would lead with: the fencing token
+	// of its record (the revision that created it). It names the
+	// candidate for Term.Transfer: a revision creates one record of an
+	// election, and a candidate that queues again gets another.
+	Term fence.Token
+}
+
+// NotCandidateError is the error of a Term.Transfer to a candidate that is
+// not waiting in the election: it never queued there, it has left, or it
+// is the leader itself. It matches ErrNotCandidate. Unless Resigned is
+// set, nothing changed: the term goes on.
+type NotCandidateError struct {
+	// Election is the election's name.
+	Election string
+	// Revision is the term Transfer was given for the successor.
+	Revision int64
+	// Reason says why the candidate cannot take over.
+	Reason string
+	// Resigned reports that the candidate left between Transfer's read of
+	// the queue and its transaction, after the term had already ended:
+	// Transfer then resigned, and the next candidate in line leads.
+	Resigned bool
+}
+
+func (e *NotCandidateError) Error() string {
+	s := fmt.Sprintf("lease: transfer %q to term %d: %s: %v", e.Election, e.Revision, e.Reason, ErrNotCandidate)
+	if e.Resigned {
+		s += " (the term had ended: resigned instead)"
+	}
+	return s
+}
+
+// Is reports whether target is ErrNotCandidate.
+func (e *NotCandidateError) Is(target error) bool { return target == ErrNotCandidate }
+
+// Candidates returns the candidates waiting in the election, in the order
+// in which they would lead, the leader left out (see Leader). It is one
+// etcd read. Records of other kinds (a read lock of the same name) are
+// left out too.
+func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
+	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+	if err != nil {
+		return nil, opErr("candidates", e.name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	var cs []Candidate
+	for i, kv := range resp.Kvs {
+		if k, ok := kindOf(string(kv.Key)); i == 0 || !ok || k != exclusive {
+			continue
+		}
+		_, _, payload, _ := decodeRecord(kv.Value)
+		_, value := decodePayload(payload)
+		cs = append(cs, Candidate{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}})
+	}
+	return cs, nil
+}
+
+// Transfer hands the term to the candidate to, which must be waiting in
+// the election (see Election.Candidates): to leads next, with a term
+// higher than this one, however many candidates queued ahead of it.
+//
+// The hand-off has no overlap and no gap. Transfer first reads the queue
+// and refuses a to that is not waiting (never queued, gone, or this
+// leader) with a *NotCandidateError, changing nothing. Otherwise it ends
+// the term (Done closes; Err and the Context's cause are ErrTransferred)
+// before it sends anything, and then one transaction, comparing this
+// term's owner token and record version as Release does, deletes the
+// term's record: to is admitted by that very transaction, so it leads
+// within the time its Client takes to hear of it: the transaction also
+// leaves to a note under its session's requests (see RequestRelease),
+// which that Client watches anyway, so one watch event admits it, without
+// a read.
+//
+// Candidates queued between the leader and to (at most MaxTransferSkip)
+// are passed over: the same transaction deletes their records too, and
+// leaves each a note saying so, under the prefix's reserved "/skipped/"
+// space and attached to the candidate's session. A Campaign (or Acquire)
+// whose record a transfer deleted queues again at the tail on its own,
+// with a new record and so a higher term than to's; it returns no error
+// for that. Terms therefore still only grow, and the candidates not passed
+// over keep their order.
+//
+// Transfer returns nil once the transaction applied. If to left between
+// the read and the transaction, the term has already ended: Transfer then
+// resigns (the next candidate in line leads) and returns a
+// *NotCandidateError with Resigned set. An error matching ErrNotOwner or
+// ErrNotFound means the term had been lost already. An error matching
+// ErrOutcomeUnknown means no reply came (each try is resent for up to one
+// TTL, as Release's are): the transfer may have applied; if it did not,
+// the Client deletes the term's record in the background, comparing its
+// owner token, so that the next candidate leads. Either way the term has
+// ended. A term that has ended returns its Err at once.
+func (t *Term) Transfer(ctx context.Context, to Candidate) error {
+	if t == nil {
+		return errNilLease
+	}
+	return t.l.traced(ctx, opTransfer, func(ctx context.Context) error { return t.l.transfer(ctx, to) })
+}
+
+// transferPlan is the transaction of a transfer, as read from the queue.
+type transferPlan struct {
+	own     *mvccpb.KeyValue   // the term's record
+	to      *mvccpb.KeyValue   // the successor's
+	skipped []*mvccpb.KeyValue // the records between them
+}
+
+// transfer runs Transfer.
+func (l *Lease) transfer(ctx context.Context, to Candidate) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if err := l.Err(); err != nil {
+		return opErr(opTransfer.String(), l.name, err)
+	}
+	if to.Term.Lock != l.name {
+		return l.notCandidate(to, fmt.Sprintf("a term of election %q", to.Term.Lock), false)
+	}
+	p, err := l.planTransfer(ctx, to)
+	if err != nil {
+		return err
+	}
+	// End the term before anything that could admit the successor is
+	// sent: its holder stops before the successor can start.
+	if !l.c.recs.startRelease(l) {
+		return opErr(opTransfer.String(), l.name, context.Cause(l.fin.ctx))
+	}
+	l.end(ErrTransferred)
+	ended := time.Now()
+	err = l.sendTransfer(ctx, to, p)
+	if err == nil {
+		l.c.met.result(opTransfer, "done").Inc()
+		if l.c.log.Enabled(ctx, slog.LevelInfo) {
+			l.c.log.LogAttrs(ctx, slog.LevelInfo, "lease term transferred", append(l.attrs(),
+				slog.Int64("successor", to.Term.Revision), slog.Int("skipped", len(p.skipped)),
+				slog.Duration("took", time.Since(ended)))...)
+		}
+	}
+	return err
+}
+
+// planTransfer reads the queue, checks that this lease heads it and that
+// to waits in it, and returns the transfer's plan. It resolves pending
+// calls against the record read, and fails (changing nothing in etcd)
+// when to is not waiting; when this lease's record is not its own any
+// more, the lease is lost.
+func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, error) {
+	resp, err := l.c.etcd.Get(ctx, dirOf(l.key), queueRecords()...)
+	if err != nil {
+		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	q := resp.Kvs
+	own := position(q, l.key, l.rev)
+	var rec []*mvccpb.KeyValue
+	if own >= 0 {
+		rec = q[own : own+1]
+	}
+	st := l.judge(rec, q)
+	if st.err != nil {
+		l.lose(st.err)
+		return transferPlan{}, opErr(opTransfer.String(), l.name, st.err)
+	}
+	l.confirm(st.count, st.payload, st.modRev)
+	l.pending = nil
+	if own != 0 {
+		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.New("a record no session keeps heads the queue"))
+	}
+	ti := -1
+	for i, kv := range q {
+		if kv.CreateRevision == to.Term.Revision {
+			ti = i
+		}
+	}
+	switch {
+	case ti == 0:
+		return transferPlan{}, l.notCandidate(to, "it is the leader", false)
+	case ti < 0:
+		return transferPlan{}, l.notCandidate(to, "no such candidate waits", false)
+	case ti-1 > MaxTransferSkip:
+		return transferPlan{}, l.notCandidate(to, fmt.Sprintf("%d candidates queue ahead of it, more than %d", ti-1, MaxTransferSkip), false)
+	}
+	for _, kv := range q[1 : ti+1] {
+		if k, ok := kindOf(string(kv.Key)); !ok || k != exclusive || kv.Lease == 0 {
+			return transferPlan{}, l.notCandidate(to, fmt.Sprintf("the record %s is no candidate's", kv.Key), false)
+		}
+	}
+	return transferPlan{own: q[0], to: q[ti], skipped: q[1:ti]}, nil
+}
+
+// txn is the plan's transaction: if the term's record is as read, to's
+// record and each skipped one still exist, delete the term's record and
+// the skipped ones, noting each skip.
+func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(string(p.own.Key)), "=", p.own.ModRevision),
+		clientv3.Compare(clientv3.Value(string(p.own.Key)), "=", string(p.own.Value)),
+		clientv3.Compare(clientv3.CreateRevision(string(p.to.Key)), "=", p.to.CreateRevision),
+	}
+	// The successor's Client hears of it through its session's watch of
+	// requests (see waiter.headed), sooner than by reading the queue.
+	ops := []clientv3.Op{clientv3.OpDelete(string(p.own.Key)),
+		clientv3.OpPut(askKey(c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), string(p.to.Key)+"\n"+admitNote,
+			clientv3.WithLease(clientv3.LeaseID(p.to.Lease)))}
+	for _, kv := range p.skipped {
+		key := string(kv.Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision))
+		ops = append(ops, clientv3.OpDelete(key),
+			clientv3.OpPut(skipKey(c.cfg.prefix, key, kv.CreateRevision), strconv.FormatInt(p.to.CreateRevision, 10),
+				clientv3.WithLease(clientv3.LeaseID(kv.Lease))))
+	}
+	return c.etcd.Txn(ctx).If(cmps...).Then(ops...)
+}
+
+// sendTransfer sends the plan's transaction, resending it while its
+// outcome is unknown, and planning it again when a skipped record changed
+// under it. The term has ended; the record must go whatever happens.
+func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) error {
+	r := newResender(l.sess.ttl, &l.c.lat.change)
+	unknownBefore := false
+	for attempt := 1; ; attempt++ {
+		d := r.deadline()
+		tctx, cancel := context.WithTimeout(ctx, d)
+		resp, err := p.txn(tctx, l.c).Commit()
+		cancel()
+		switch {
+		case err == nil && resp.Succeeded:
+			l.c.recs.forget(l, true)
+			return nil
+		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// Something changed under it: read the queue again.
+			next, done, err := l.replan(ctx, to, p, unknownBefore, attempt)
+			if done {
+				return err
+			}
+			p = next
+			continue
+		case errors.Is(rpcError(err), ErrPermissionDenied):
+			l.giveUpTerm(p)
+			return opErr(opTransfer.String(), l.name, rpcError(err))
+		}
+		unknownBefore = true
+		if !r.again(ctx, l.c) {
+			l.giveUpTerm(p)
+			l.c.met.result(opTransfer, "unknown").Inc()
+			return opErr(opTransfer.String(), l.name, unknown(ctx, rpcError(err)))
+		}
+	}
+}
+
+// replan reads the queue after the transfer's compare failed, and returns
+// the plan to send next, or done and the transfer's result.
+func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknownBefore bool, attempt int) (transferPlan, bool, error) {
+	resp, err := l.c.etcd.Get(ctx, dirOf(l.key), queueRecords()...)
+	if err != nil {
+		l.giveUpTerm(p)
+		return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, rpcError(err)))
+	}
+	q := resp.Kvs
+	own := position(q, l.key, l.rev)
+	switch {
+	case own < 0 && unknownBefore:
+		// An earlier try, whose reply was lost, applied (or the record
+		// went otherwise): either way the term is over, as asked.
+		l.c.recs.forget(l, true)
+		return p, true, nil
+	case own < 0 || !ownedBy(q[own].Value, l.owner.Value()):
+		cause := ErrNotFound
+		if len(q) > 0 {
+			cause = ErrNotOwner
+		}
+		l.c.recs.forget(l, own < 0)
+		l.c.met.result(opTransfer, outcomeLabel(cause)).Inc()
+		return p, true, opErr(opTransfer.String(), l.name, cause)
+	}
+	p.own = q[own]
+	ti := -1
+	for i, kv := range q {
+		if kv.CreateRevision == to.Term.Revision {
+			ti = i
+		}
+	}
+	if ti <= own || ti-own-1 > MaxTransferSkip || attempt >= maxAttempts {
+		l.giveUpTerm(p)
+		return p, true, l.notCandidate(to, "it left the queue", true)
+	}
+	p.to, p.skipped = q[ti], q[own+1:ti]
+	return p, false, nil
+}
+
+// giveUpTerm deletes the record of a term that ended for a transfer that
+// did not happen, in the background, comparing its value: the next
+// candidate in line leads.
+func (l *Lease) giveUpTerm(p transferPlan) {
+	l.c.recs.forget(l, false)
+	l.c.recs.abandon(l.sess, l.key, string(p.own.Value), l.mark, false)
+}
+
+func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {
+	l.c.met.result(opTransfer, "not_candidate").Inc()
+	return &NotCandidateError{Election: l.name, Revision: to.Term.Revision, Reason: reason, Resigned: resigned}
+}
+
+// admitNote ends the value of the note a transfer leaves its successor,
+// under the successor's requests (see Client.handleAsk).
+const admitNote = "admit"
+
+// skipKey is the note a transfer leaves for the candidate whose record
+// (recordKey, created at rev) it deleted to pass it over: under the
+// prefix, in the space of the empty lock name, which no lock can have.
+func skipKey(prefix, recordKey string, rev int64) string {
+	return prefix + "/skipped/" + recordKey[strings.LastIndexByte(recordKey, '/')+1:] + "@" + strconv.FormatInt(rev, 10)
+}
+
+// errSkipped reports that a transfer passed the acquisition over: its
+// record was deleted by a Transfer to a candidate behind it, and it queues
+// again.
+var errSkipped = errors.New("lease: passed over by a transfer")
+
+// skipped reports whether w's record, deleted, was deleted by a transfer
+// that passed it over, and deletes the note saying so.
+func (c *Client) skipped(ctx context.Context, w *waiter) bool {
+	w.mu.Lock()
+	rev := w.myRev
+	w.mu.Unlock()
+	if rev == 0 || w.kind != exclusive {
+		return false
+	}
+	// One request: the note is there, and then deleted, or not.
+	key := skipKey(c.cfg.prefix, w.key, rev)
+	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		// Unknown: a note left undeleted goes with its session.
+		c.log.Debug("lease transfer note not read", logattr.Lock(dirName(w.key)), slog.String("error", err.Error()))
+		return false
+	}
+	return resp.Succeeded
+}
+
+// RequestTransfer asks the leader whose term is term to hand it to the
+// waiting candidate to, from any process: the cooperative, cross-process
+// form of Term.Transfer, as Client.RequestRelease is of Release. The
+// request is written only if term still leads and to still waits, in one
+// transaction comparing both records' creation revisions; otherwise it
+// writes nothing and returns a *NotHolderError (term does not lead) or a
+// *NotCandidateError (to does not wait). Any other error means the
+// outcome is unknown; asking again is harmless.
+//
+// The leader hears it within the time an etcd watch event takes: its
+// Term.ReleaseRequested closes and Term.TransferRequested names to.
+// Election.Run (and Client.Do, for a plain Lease at the head of the
+// election's queue) acts on it by itself: it transfers the term, which
+// cancels its function's context with ErrTransferred; if to has left by
+// then, it cancels the context with ErrReleaseRequested and resigns as for
+// a request to release. A leader that holds its term from Campaign
+// decides itself (fencekit elect transfers once its command has exited).
+func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate) error {
+	if term <= 0 {
+		return fmt.Errorf("lease: request transfer %q: term %d is not positive", e.name, term)
+	}
+	for range maxAttempts {
+		resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+		if err != nil {
+			return opErr("request transfer", e.name, errors.Join(rpcError(err), ctx.Err()))
+		}
+		q := resp.Kvs
+		switch {
+		case len(q) == 0:
+			return &NotHolderError{Lock: e.name, Revision: term}
+		case q[0].CreateRevision != term:
+			return &NotHolderError{Lock: e.name, Revision: term, Holder: q[0].CreateRevision}
+		case q[0].Lease == 0:
+			return opErr("request transfer", e.name, errors.New("the leader's record is kept by no session, so no Client can hear the request"))
+		}
+		ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == to.Term.Revision })
+		switch {
+		case to.Term.Lock != e.name:
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
+		case ti == 0:
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "it is the leader"}
+		case ti < 0:
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "no such candidate waits"}
+		}
+		head := string(q[0].Key)
+		put := clientv3.OpPut(askKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
+			clientv3.WithLease(clientv3.LeaseID(q[0].Lease)))
+		tr, err := e.c.etcd.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(head), "=", term),
+			clientv3.Compare(clientv3.CreateRevision(string(q[ti].Key)), "=", to.Term.Revision),
+		).Then(put).Commit()
+		switch {
+		case err != nil:
+			return opErr("request transfer", e.name, unknown(ctx, rpcError(err)))
+		case tr.Succeeded:
+			e.c.log.Info("lease transfer requested", logattr.Lock(e.name), logattr.Fence(term), slog.Int64("successor", to.Term.Revision))
+			return nil
+		}
+		// One of them went between the read and the write: read again.
+	}
+	return opErr("request transfer", e.name, errors.New("the queue kept changing; nothing was asked"))
+}
+
+// ReleaseRequested is closed when someone asked this term's leader to
+// resign (Client.RequestRelease) or to transfer the term
+// (Election.RequestTransfer; see TransferRequested). It stays open
+// otherwise, also after the term ends.
+func (t *Term) ReleaseRequested() <-chan struct{} { return t.l.ReleaseRequested() }
+
+// TransferRequested returns the candidate that Election.RequestTransfer
+// asked this term's leader to hand the term to (its Term only; Value is
+// empty), once ReleaseRequested has closed; ok is false while no transfer
+// was asked for.
+func (t *Term) TransferRequested() (to Candidate, ok bool) {
+	rev := t.l.asked.to.Load()
+	if rev == 0 {
+		return Candidate{}, false
+	}
+	return Candidate{Term: fence.Token{Lock: t.l.name, Revision: rev}}, true
+}
+
+// honourAsk acts on a request to release or transfer l while run runs fn
+// (cancel cancels fn's context): it transfers l when a successor was
+// named and still waits, and otherwise cancels fn's context with
+// ErrReleaseRequested, after which run releases l.
+func (l *Lease) honourAsk(ctx context.Context, cancel context.CancelCauseFunc) {
+	if to := l.asked.to.Load(); to != 0 && l.kind == exclusive {
+		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
+		err := l.transfer(tctx, Candidate{Term: fence.Token{Lock: l.name, Revision: to}})
+		tcancel()
+		if err != nil && l.Err() == nil {
+			l.c.log.LogAttrs(ctx, slog.LevelWarn, "lease transfer requested but not done; releasing instead",
+				append(l.attrs(), slog.String("error", err.Error()))...)
+		}
+		if l.Err() != nil {
+			return // transferred (or ended otherwise): fn's context is cancelled with the cause
+		}
+	}
+	cancel(ErrReleaseRequested)
+}
