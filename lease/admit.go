@@ -162,7 +162,7 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 		return "", false, nil
 	}
 	kw := c.recs.watchBehind(w, key, prefix)
-	if err := waitFor(ctx, c, w, kw.created); err != nil {
+	if err := waitFor(ctx, c, w, c.recs.watches.created(kw)); err != nil {
 		return "", false, err
 	}
 	if c.bg.ctx.Err() != nil {

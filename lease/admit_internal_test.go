@@ -132,7 +132,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 func TestWaiterWhoseOwnDeleteIsLateIsNotAdmitted(t *testing.T) {
 	ctx, cli, h, c, res := queueBehindHolder(t, "late")
 	w, own := waitingBehind(t, c)
-	own.cancel() // its events stop here
+	c.recs.watches.stream.stop(own) // its events stop here
 	if _, err := cli.Delete(ctx, w.key); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 		c.recs.mu.Unlock()
 		if block != nil && own != nil {
 			select {
-			case <-block.created:
+			case <-c.recs.watches.created(block):
 				return w, own
 			default:
 			}

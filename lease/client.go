@@ -96,7 +96,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 			checked: map[string]struct{}{},
 		},
 	}
-	c.recs = newRecords(cli, c.bg, c.log, cfg, c)
+	c.recs = newRecords(cli, c.bg, c.log, cfg, c, met)
 	met.headroom.add(c)
 	return c, nil
 }

@@ -94,15 +94,17 @@
 // blocks it), or for a semaphore the lock's directory. A release thus wakes the
 // one waiter behind it (the readers behind it, for a write lock; every waiting
 // permit of a semaphore), whatever the length of the queue. All of a Client's
-// watches share one gRPC stream, and each starts at the current revision, so
-// etcd keeps it in its "synced" set and delivers events within a millisecond.
+// watches share one gRPC Watch stream that the Client opens itself (on the
+// etcd client's connection, with its credentials), and each starts at the
+// current revision, so etcd keeps it in its "synced" set and delivers events
+// within a millisecond. A watch costs the Client a few hundred bytes and no
+// goroutine, so a Client keeps one per key however many locks it holds.
 // With K own record keys in use, W waiting acquisitions and S of them semaphore
 // waiters, a Client costs etcd:
 //
 //   - watchers: one per session, of the requests to release its records
-//     (Client.RequestRelease; no event until someone asks), plus
-//     min(K + W, 512), or 1 once it would have needed more
-//     (S semaphore waiters of one lock share one directory watch);
+//     (Client.RequestRelease; no event until someone asks), plus at most
+//     K + W (S semaphore waiters of one lock share one directory watch);
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,
 //     while it waits, one read of the queue whenever the record it waits
@@ -132,10 +134,11 @@
 // read local state: they cost etcd nothing and never wait for a request.
 //
 // Changes of other Clients' locks never reach it, nor do changes of its
-// own locks' queues other than those above. Past 512 watches a Client
-// watches its whole prefix instead, for the rest of its life, and then
-// receives every change under the prefix: give such a Client a prefix of
-// its own if other Clients share it.
+// own locks' queues other than those above, however many locks it holds.
+// When its stream is lost (an error, a member without a leader, a
+// restart), the Client opens another and resumes every watch after the
+// last event it delivered; resuming thousands of watches from a past
+// revision waits for etcd's sweep of unsynced watchers (512 every 100 ms).
 //
 // Release and Reenter are each one transaction that compares the record's owner
 // token, hold count and mod revision as last confirmed (the mod revision names
@@ -401,7 +404,9 @@
 //  5. a waiter's view of its queue;
 //  6. a session's state;
 //  7. the set of locks found taken lately;
-//  8. a Lease's bound contexts (Context), which its end cancels.
+//  8. a Lease's bound contexts (Context), which its end cancels;
+//  9. the state of the Client's watches on its gRPC Watch stream (the
+//     stream delivers events to the records table without it).
 //
 // Leases end, and their Done channels close, after these locks are
 // released. The ranks are in lockorder.go; tests built with the

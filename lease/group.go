@@ -34,16 +34,6 @@ func (g *group) stop() {
 	g.wg.Wait()
 }
 
-// wait waits until ch closes, and reports false if the group stopped first.
-func (g *group) wait(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	case <-g.ctx.Done():
-		return false
-	}
-}
-
 // sleep waits d, and reports false if the group stopped first.
 func (g *group) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)

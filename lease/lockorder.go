@@ -17,6 +17,7 @@ const (
 	rankSession           // session.mu: one session's state and key slots
 	rankBusy              // busyLocks.mu: locks found taken lately
 	rankBound             // boundContexts.mu: the contexts a Lease's end cancels
+	rankStream            // watchStream.mu: the watches' state on the gRPC stream
 )
 
 // The package's mutexes, one type per rank. Built with the
@@ -32,6 +33,7 @@ type (
 	sessionMutex  struct{ sync.Mutex }
 	busyMutex     struct{ sync.Mutex }
 	boundMutex    struct{ sync.Mutex }
+	streamMutex   struct{ sync.Mutex }
 )
 
 func (m *opMutex) Lock()         { acquiring(rankLeaseOp); m.Mutex.Lock() }
@@ -50,3 +52,5 @@ func (m *busyMutex) Lock()       { acquiring(rankBusy); m.Mutex.Lock() }
 func (m *busyMutex) Unlock()     { m.Mutex.Unlock(); released(rankBusy) }
 func (m *boundMutex) Lock()      { acquiring(rankBound); m.Mutex.Lock() }
 func (m *boundMutex) Unlock()    { m.Mutex.Unlock(); released(rankBound) }
+func (m *streamMutex) Lock()     { acquiring(rankStream); m.Mutex.Lock() }
+func (m *streamMutex) Unlock()   { m.Mutex.Unlock(); released(rankStream) }

@@ -23,6 +23,8 @@ type metrics struct {
 	terms        prometheus.Counter
 	renew        prometheus.Histogram // round trip of confirmed session renewals
 	waiting      prometheus.Gauge     // acquisitions waiting in a queue
+	watchEvents  prometheus.Counter   // events the Clients' watches received
+	watches      prometheus.Gauge     // watches the Clients keep
 	headroom     *headroomCollector
 
 	// Children of the vectors above that every acquisition and call
@@ -81,6 +83,14 @@ func newMetrics() *metrics {
 			Name: "fencekit_lease_waiting",
 			Help: "Acquisitions of this process's Clients waiting in a lock's queue now.",
 		}),
+		watchEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencekit_lease_watch_events_total",
+			Help: "Watch events received by this process's Clients: changes of their own records, of the records their waiters wait behind, and in the directories of the semaphores they wait for.",
+		}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencekit_lease_watches",
+			Help: "Keys and semaphore directories this process's Clients watch now (each an etcd watcher).",
+		}),
 		headroom: newHeadroomCollector(),
 	}
 	m.resolve()
@@ -91,7 +101,7 @@ func newMetrics() *metrics {
 // Client already registered there is shared, so several Clients can report
 // to one registry.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	var errs [12]error
+	var errs [14]error
 	m.acquisitions, errs[0] = promreg.Register(reg, m.acquisitions)
 	m.wait, errs[1] = promreg.Register(reg, m.wait)
 	m.hold, errs[2] = promreg.Register(reg, m.hold)
@@ -104,6 +114,8 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.renew, errs[9] = promreg.Register(reg, m.renew)
 	m.waiting, errs[10] = promreg.Register(reg, m.waiting)
 	m.headroom, errs[11] = promreg.Register(reg, m.headroom)
+	m.watchEvents, errs[12] = promreg.Register(reg, m.watchEvents)
+	m.watches, errs[13] = promreg.Register(reg, m.watches)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("lease: register metrics: %w", err)
 	}
@@ -122,6 +134,12 @@ func (m *metrics) resolve() {
 		m.done[op] = m.results.WithLabelValues(opKind(op).String(), "done")
 	}
 }
+
+// events counts watch events received (see streamStats).
+func (m *metrics) events(n int) { m.watchEvents.Add(float64(n)) }
+
+// watching counts watches started (delta 1) and stopped (delta -1).
+func (m *metrics) watching(delta int) { m.watches.Add(float64(delta)) }
 
 // result is the counter of op's calls with outcome result.
 func (m *metrics) result(op opKind, result string) prometheus.Counter {

@@ -45,7 +45,7 @@ type sessionKeeper interface {
 	checkGone(s *session)
 }
 
-func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper) *records {
+func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats streamStats) *records {
 	t := &records{
 		etcd:    cli,
 		bg:      bg,
@@ -56,7 +56,7 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		byDir:   map[string]map[*waiter]struct{}{},
 		orphans: map[string]orphan{},
 	}
-	t.watches = watchSet{etcd: cli, bg: bg, log: log, prefix: cfg.prefix, ttl: cfg.ttl, sink: t, used: t.used,
+	t.watches = watchSet{stream: newWatchStream(cli, bg, log, cfg.ttl, t, stats), ttl: cfg.ttl, used: t.used,
 		m: map[string]*keyWatch{}}
 	return t
 }
@@ -146,8 +146,7 @@ func (t *records) watchBehind(w *waiter, key string, prefix bool) *keyWatch {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if w.block == nil || !w.block.covers(key) || !t.watches.current(w.block) {
-		// None yet, another target, or a watch stopped since (replaced by
-		// the prefix watch).
+		// None yet, another target, or a watch stopped since.
 		old := w.block
 		w.block = t.watches.hold(key, prefix)
 		t.watches.drop(old)
@@ -214,7 +213,7 @@ func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
 func (t *records) sweep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.watches.sweep(false)
+	t.watches.sweep()
 }
 
 // put applies a watch event: key written with kv. Keys are reused, so an

@@ -1,21 +1,11 @@
 package lease
 
 import (
-	"context"
-	"log/slog"
-	"math"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// maxWatches is how many watches a Client keeps one by one. A Client that
-// would need more watches its whole prefix instead, for the rest of its
-// life: it is the fleet itself then, and one watch costs less than
-// thousands.
-const maxWatches = 512
 
 // eventSink is what a watchSet delivers to: every change of a watched key,
 // and after events were compacted away, what a read of the watched keys
@@ -33,23 +23,46 @@ type eventSink interface {
 }
 
 // keyWatch is one of a Client's watches: of one record key (its own, or
-// the record a waiter queues behind), of a semaphore's directory, or of
-// the whole prefix in prefix mode.
+// the record a waiter queues behind), or of a semaphore's directory.
 //
 // A Client watches its own record keys while it holds, waits for or
 // cleans up a record there, and for about a TTL after that, so that a lock
 // taken again and again (which reuses its key, see session.claimSlot) keeps its
 // watch. A watch of someone else's record, or of a directory, is kept only
 // while a waiter needs it (refs).
+//
+// Its fields own, refs and idle are guarded by the lock of the records
+// table that owns the watch set; those from confirmed on by the
+// watchStream's lock. It is 96 bytes.
 type keyWatch struct {
-	key     string
-	prefix  bool // every key under key
-	cancel  context.CancelFunc
-	created chan struct{} // closed once etcd confirmed the watch
-	start   int64         // the watch delivers every event after this revision; set before created closes
-	refs    int           // waiters that wait behind key (or in the directory key)
-	own     bool          // key is one of the Client's record keys
-	idle    time.Time     // when the sweep first found it unused; zero while used
+	key    string
+	start  int64 // the watch delivers every event after this revision; set once confirmed (see watchStream.created)
+	prefix bool  // every key under key
+
+	own  bool      // key is one of the Client's record keys
+	refs int       // waiters that wait behind key (or in the directory key)
+	idle time.Time // when the sweep first found it unused; zero while used
+
+	waitc     chan struct{} // made for whoever waits for the confirmation before it came; nil after
+	confirmed bool          // start is set
+	stopped   bool          // stop ended it
+	resyncing bool          // compacted or refused: a resync or retry asks for it again
+	id        int64         // the id of its latest create request
+	next      int64         // the revision to resume from: after the last event delivered; 0 until confirmed
+}
+
+// confirm sets kw's start, once, and wakes whoever waits for it. The
+// watchStream's lock is held.
+func (kw *keyWatch) confirm(start int64) {
+	if kw.confirmed {
+		return
+	}
+	kw.confirmed = true
+	kw.start = start
+	if kw.waitc != nil {
+		close(kw.waitc)
+		kw.waitc = nil
+	}
 }
 
 // covers reports whether the watch delivers the events of key.
@@ -60,20 +73,17 @@ func (kw *keyWatch) covers(key string) bool {
 	return key == kw.key
 }
 
-// watchSet is a Client's watches. Its map and mode are guarded by the
-// lock of the records table that owns it; its goroutines deliver to sink
-// without that lock.
+// watchSet is a Client's watches, one per key (or semaphore directory) it
+// needs events of, however many: all are carried by one watchStream, at a
+// few hundred bytes each, and none covers other Clients' locks. Its map
+// is guarded by the lock of the records table that owns it; the stream
+// delivers to sink without that lock.
 type watchSet struct {
-	etcd   *clientv3.Client
-	bg     *group
-	log    *slog.Logger
-	prefix string        // the Client's prefix (see enterPrefixMode)
-	ttl    time.Duration // bounds a resync's read; an own key's watch lingers this long unused
-	sink   eventSink
+	stream *watchStream
+	ttl    time.Duration         // an own key's watch lingers this long unused
 	used   func(key string) bool // whether the sink still needs key's events; called under the table's lock
 
-	m          map[string]*keyWatch // watched key (or directory, or the prefix) -> its watch
-	prefixMode bool                 // one watch of the whole prefix (see maxWatches)
+	m map[string]*keyWatch // watched key (or directory) -> its watch
 }
 
 // own returns the watch that covers key, one of the Client's own record
@@ -99,14 +109,20 @@ func (ws *watchSet) drop(kw *keyWatch) {
 		return
 	}
 	kw.refs--
-	if kw.refs <= 0 && !kw.own && ws.m[kw.key] == kw && !ws.prefixMode {
-		kw.cancel()
+	if kw.refs <= 0 && !kw.own && ws.m[kw.key] == kw {
+		ws.stream.stop(kw)
 		delete(ws.m, kw.key)
 	}
 }
 
-// current reports whether kw is still one of the set's watches (not
-// replaced by the prefix watch).
+// created returns a channel closed once etcd confirmed kw (or kw stopped
+// unconfirmed: then its start is MaxInt64); kw.start may be read after.
+// It needs no lock of the records table.
+func (ws *watchSet) created(kw *keyWatch) <-chan struct{} {
+	return ws.stream.created(kw)
+}
+
+// current reports whether kw is still one of the set's watches.
 func (ws *watchSet) current(kw *keyWatch) bool {
 	return kw != nil && ws.m[kw.key] == kw
 }
@@ -114,18 +130,9 @@ func (ws *watchSet) current(kw *keyWatch) bool {
 // watch returns the watch that covers key, starting one if needed, and
 // marks it used.
 func (ws *watchSet) watch(key string, prefix bool) *keyWatch {
-	if ws.prefixMode {
-		return ws.m[ws.prefix]
-	}
 	if kw := ws.m[key]; kw != nil {
 		kw.idle = time.Time{}
 		return kw
-	}
-	if len(ws.m) >= maxWatches {
-		ws.sweep(true)
-	}
-	if len(ws.m) >= maxWatches {
-		return ws.enterPrefixMode()
 	}
 	return ws.start(key, prefix)
 }
@@ -134,160 +141,29 @@ func (ws *watchSet) watch(key string, prefix bool) *keyWatch {
 // starts at a revision not yet in the past is "synced" in etcd, so events
 // arrive in about a millisecond (one that starts in the past waits for
 // etcd's sweep of unsynced watchers, every 100 ms). Whoever needs events
-// from an earlier revision compares it with the watch's start once created
+// from an earlier revision compares it with the watch's start once it is
+// confirmed (created)
 // closes, and reads what it may have missed.
 func (ws *watchSet) start(key string, prefix bool) *keyWatch {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ws.bg.ctx))
-	kw := &keyWatch{key: key, prefix: prefix, cancel: cancel, created: make(chan struct{})}
+	kw := &keyWatch{key: key, prefix: prefix}
 	ws.m[key] = kw
-	ws.bg.spawn(func() { ws.run(ctx, kw) })
-	return kw
-}
-
-// enterPrefixMode replaces the watches with one watch of the whole prefix.
-// Once that watch is confirmed, a read of every record under the prefix
-// catches up with whatever the other watches had not delivered yet, and
-// they are stopped.
-func (ws *watchSet) enterPrefixMode() *keyWatch {
-	ws.prefixMode = true
-	old := ws.m
-	ws.m = map[string]*keyWatch{}
-	kw := ws.start(ws.prefix, true)
-	ws.bg.spawn(func() {
-		ws.log.Info("lease client watches its whole prefix", slog.Int("watches", len(old)))
-		if !ws.bg.wait(kw.created) {
-			return
-		}
-		for {
-			if _, ok := ws.resync(kw); ok || ws.bg.ctx.Err() != nil {
-				break
-			}
-			if !ws.bg.sleep(100 * time.Millisecond) {
-				return
-			}
-		}
-		for _, w := range old {
-			w.cancel()
-		}
-	})
+	ws.stream.add(kw)
 	return kw
 }
 
 // sweep stops the watches of the Client's own keys that nothing has used
-// for a TTL (or at once, when full). It runs after every session renewal.
-func (ws *watchSet) sweep(full bool) {
-	if ws.prefixMode {
-		return
-	}
+// for a TTL. It runs after every session renewal.
+func (ws *watchSet) sweep() {
 	now := time.Now()
 	for key, kw := range ws.m {
 		switch {
 		case kw.refs > 0 || ws.used(key):
 			kw.idle = time.Time{}
-		case kw.idle.IsZero() && !full && kw.own:
+		case kw.idle.IsZero() && kw.own:
 			kw.idle = now
-		case full || !kw.own || now.Sub(kw.idle) >= ws.ttl:
-			kw.cancel()
+		case !kw.own || now.Sub(kw.idle) >= ws.ttl:
+			ws.stream.stop(kw)
 			delete(ws.m, key)
 		}
 	}
-}
-
-// run follows every change of kw's keys, delivering each to the sink,
-// until kw is cancelled or the Client closes.
-func (ws *watchSet) run(ctx context.Context, kw *keyWatch) {
-	var rev int64 // next revision to watch from; 0 until the first watch is confirmed
-	defer func() {
-		if rev == 0 {
-			// Stopped before etcd confirmed it: whoever waits for it must
-			// read again.
-			kw.start = math.MaxInt64
-			close(kw.created)
-		}
-	}()
-	backoff := 20 * time.Millisecond
-	for ctx.Err() == nil {
-		resync := ws.follow(ctx, kw, &rev, &backoff)
-		if ctx.Err() != nil {
-			return
-		}
-		if resync {
-			if r, ok := ws.resync(kw); ok {
-				rev = r
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-	}
-}
-
-// follow runs one etcd watch of kw from *rev (from now while it is 0) and
-// delivers its events, until it ends; a failure doubles *backoff, events
-// reset it. It reports whether events were compacted away.
-func (ws *watchSet) follow(ctx context.Context, kw *keyWatch, rev *int64, backoff *time.Duration) (resync bool) {
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
-	if kw.prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	if *rev > 0 {
-		opts = append(opts, clientv3.WithRev(*rev))
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for resp := range ws.etcd.Watch(wctx, kw.key, opts...) {
-		if resp.Created && *rev == 0 {
-			*rev = resp.Header.Revision + 1
-			kw.start = resp.Header.Revision
-			close(kw.created)
-			continue
-		}
-		if resp.CompactRevision != 0 {
-			return true
-		}
-		if err := resp.Err(); err != nil {
-			// etcd cancels a watch the user may not read with a reason in
-			// text only, which err carries (its CancelReason field exists
-			// only from client v3.7); say so, and back off.
-			ws.log.Warn("lease watch failed", slog.String("error", err.Error()))
-			*backoff = min(2**backoff, time.Second)
-			return false
-		}
-		*backoff = 20 * time.Millisecond
-		for _, ev := range resp.Events {
-			if ev.Type == mvccpb.DELETE {
-				ws.sink.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
-			} else {
-				ws.sink.put(ev.Kv)
-			}
-			*rev = ev.Kv.ModRevision + 1
-		}
-	}
-	return false
-}
-
-// resync runs after the events of kw were compacted away: it reads every
-// key kw covers and hands the read to the sink. It returns the revision
-// to watch from.
-func (ws *watchSet) resync(kw *keyWatch) (int64, bool) {
-	ctx, cancel := context.WithTimeout(ws.bg.ctx, ws.ttl)
-	defer cancel()
-	var opts []clientv3.OpOption
-	if kw.prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	resp, err := ws.etcd.Get(ctx, kw.key, opts...)
-	if err != nil {
-		return 0, false
-	}
-	present := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		present[string(kv.Key)] = kv
-	}
-	if !ws.sink.resync(kw.covers, present, resp.Header.Revision) {
-		return 0, false
-	}
-	return resp.Header.Revision + 1, true
 }

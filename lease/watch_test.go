@@ -11,6 +11,7 @@ import (
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,14 +57,17 @@ func TestWatchesFollowTheClientsLocks(t *testing.T) {
 		"watches of directories without records stop after about a TTL; the session's asks stay")
 }
 
-// A Client with records in more directories than it watches one by one
-// switches to one watch of its prefix, and still sees every loss.
-func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
+// A Client with records in many directories (past the 512 at which it
+// once switched to a watch of its whole prefix) keeps one watch per record
+// key, all on one stream, receives no event of other Clients' locks, and
+// still sees every loss.
+func TestManyDirectoriesKeepTheirOwnWatches(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 60*time.Second)
 	base := watchers(t, cl)
-	c := newClient(t, cli)
+	reg := prometheus.NewRegistry()
+	c := newClient(t, cli, lease.WithMetrics(reg))
 	const n = 600
 	ls := make([]*lease.Lease, n)
 	for i := range ls {
@@ -71,8 +75,29 @@ func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
 		ls[i], err = c.Acquire(ctx, fmt.Sprintf("many-%d", i))
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return watchers(t, cl) == base+1+1 }, 10*time.Second, 20*time.Millisecond,
-		"one prefix watch and the session's asks: got %v watchers", watchers(t, cl)-base)
+	require.Eventually(t, func() bool { return watchers(t, cl) == base+n+1 }, 10*time.Second, 20*time.Millisecond,
+		"one watch per record key and the session's asks: got %v watchers", watchers(t, cl)-base)
+	require.Equal(t, float64(n), gaugeValue(t, reg, "fencekit_lease_watches"))
+
+	// Another Client's locks under the same prefix: none of their events
+	// reach c.
+	// Let the events of c's own writes arrive first.
+	events := gaugeValue(t, reg, "fencekit_lease_watch_events_total")
+	require.Eventually(t, func() bool {
+		e := events
+		time.Sleep(200 * time.Millisecond)
+		events = gaugeValue(t, reg, "fencekit_lease_watch_events_total")
+		return events == e
+	}, 10*time.Second, time.Millisecond, "c's own events keep coming")
+	other := newClient(t, etcdtest.Client(t, cl))
+	for i := range 20 {
+		l, err := other.Acquire(ctx, fmt.Sprintf("other-%d", i))
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	time.Sleep(200 * time.Millisecond) // what would have reached c has
+	require.Equal(t, events, gaugeValue(t, reg, "fencekit_lease_watch_events_total"),
+		"events of another Client's locks reached this one")
 
 	for _, i := range []int{0, 300, n - 1} {
 		key, _ := heldRecord(t, cli, fmt.Sprintf("many-%d", i))
@@ -85,11 +110,30 @@ func TestManyDirectoriesShareOnePrefixWatch(t *testing.T) {
 		}
 		require.ErrorIs(t, ls[i].Err(), lease.ErrKeyDeleted)
 	}
-	// Waiting and handing over still work in prefix mode.
+	// Waiting and handing over still work with this many watches.
 	got := cycleLater(ctx, c, "many-5")
 	waitRecords(t, cli, "many-5", 2)
 	require.NoError(t, ls[5].Release(ctx))
 	require.NoError(t, <-got)
+}
+
+// gaugeValue is the value of the unlabelled metric name in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if g := m.GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return m.GetCounter().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // A holder's record deleted while its watch reconnects is still reported.
@@ -294,9 +338,10 @@ func TestWaiterAdmittedAcrossCompaction(t *testing.T) {
 	requireAdmitted(t, got, 10*time.Second, "the waiter was never admitted")
 }
 
-// A waiter that waits behind a record when its Client switches to one
-// watch of its prefix is still woken by that record's release.
-func TestWaiterAcrossSwitchToPrefixWatch(t *testing.T) {
+// A waiter that waits behind a record while its Client takes on hundreds
+// of other locks (past the 512 watches at which it once switched to a
+// watch of its whole prefix) is still woken by that record's release.
+func TestWaiterWhileItsClientTakesManyLocks(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 60*time.Second)
@@ -307,11 +352,11 @@ func TestWaiterAcrossSwitchToPrefixWatch(t *testing.T) {
 	got := cycleLater(ctx, c, "switch")
 	waitRecords(t, cli, "switch", 2)
 	time.Sleep(100 * time.Millisecond) // the waiter's watches are confirmed
-	for i := range 600 {               // past the Client's per-key watches
+	for i := range 600 {               // past the 512 of old
 		_, err := c.Acquire(ctx, fmt.Sprintf("switch-%d", i))
 		require.NoError(t, err)
 	}
-	require.Contains(t, logs.String(), "lease client watches its whole prefix")
+	require.NotContains(t, logs.String(), "whole prefix")
 	require.NoError(t, h.Release(ctx))
-	requireAdmitted(t, got, 10*time.Second, "the waiter was not admitted after the switch")
+	requireAdmitted(t, got, 10*time.Second, "the waiter was not admitted")
 }
