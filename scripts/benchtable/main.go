@@ -80,6 +80,8 @@ func parse(r io.Reader) (*results, error) {
 		var rw row
 		impl := ""
 		switch len(parts) {
+		case 1: // a benchmark with no sub-benchmarks: one row
+			rw = row{parts[0], "—"}
 		case 2:
 			rw = row{parts[0], parts[1]}
 		case 3:
@@ -310,11 +312,14 @@ func verdict(pass, worstPasses bool) string {
 }
 
 // p99Verdict words the p99 part of a two-part target.
-func p99Verdict(pass bool) string {
+func p99Verdict(pass bool) string { return partVerdict("p99", pass) }
+
+// partVerdict words one more part of a target of several parts.
+func partVerdict(part string, pass bool) string {
 	if pass {
-		return "; p99 met"
+		return "; " + part + " met"
 	}
-	return "; p99 **MISSED**"
+	return "; " + part + " **MISSED**"
 }
 
 // ratioTarget returns the target for the ratio pair of rw and its
@@ -347,7 +352,18 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 	case rw.bench == "Fanout" && rw.param == "N=256" && pair == "fencekit/etcdmutex":
 		return atMost(1.25)
 	case rw.bench == "ManyHolders" && pair == "busy/quiet":
-		return atMost(1.25)
+		// Three targets: the cycle time with the others busy against
+		// quiet, no event of another Client's lock, and heap per lock.
+		foreign, _ := res.get(rw, "foreign-events")
+		heap, _ := res.get(rw, "heapB/lock")
+		locks, _ := res.get(rw, "locks/client")
+		text, verdictText := atMost(1.25)
+		return fmt.Sprintf("%s; no event of another Client's lock (%.0f); heap ≤ 1 KiB per held lock (%.0f B, %.0f locks per Client)", text, foreign, heap, locks),
+			verdictText + partVerdict("events", foreign == 0) + partVerdict("heap", heap <= 1024)
+	case rw.bench == "AcquireAllContended" && pair == "etcdmutex/fencekit":
+		fk, _ := res.get(rw, "fencekit-p99-wait-ms")
+		em, _ := res.get(rw, "etcdmutex-p99-wait-ms")
+		return fmt.Sprintf("p99 wait %s against %s (no target)", showMs(fk), showMs(em)), ""
 	case rw.bench == "Handoff" && pair == "fencekit/uncontended":
 		return atMost(2)
 	case rw.bench == "Handoff" && rw.param == "n=2" && pair == "etcdmutex/fencekit":

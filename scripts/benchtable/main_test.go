@@ -210,3 +210,28 @@ func TestTransferTarget(t *testing.T) {
 		}
 	}
 }
+
+// A benchmark without sub-benchmarks (ManyHolders, AcquireAllContended) is
+// one row; ManyHolders' target has three parts.
+func TestSingleRowBenchmarks(t *testing.T) {
+	const in = `BenchmarkManyHolders-2   1   2.0 busy-events/cycle   2.7 busy-ms/op   0 foreign-events   971.8 heapB/lock   2000 locks/client   50 ops/block   1.8 quiet-ms/op   1.52 ratio:busy/quiet   1.9 ratio:busy/quiet-max   1.05 ratio:busy/quiet-min   10 rounds   16008 watchers
+BenchmarkAcquireAllContended-2   1   1.8 fencekit-ms/op   32.6 fencekit-p99-wait-ms   27 etcdmutex-ms/op   598 etcdmutex-p99-wait-ms   40 ops/block   14.35 ratio:etcdmutex/fencekit   20.7 ratio:etcdmutex/fencekit-max   9.66 ratio:etcdmutex/fencekit-min   12 rounds
+BenchmarkManyHolders-2   1   2.0 busy-events/cycle   2.7 busy-ms/op   3 foreign-events   1100 heapB/lock   2000 locks/client   50 ops/block   1.8 quiet-ms/op   1.10 ratio:busy/quiet   1.2 ratio:busy/quiet-max   1.0 ratio:busy/quiet-min   10 rounds   16008 watchers
+`
+	res, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	writeRatios(&out, res)
+	table := out.String()
+	for _, want := range []string{
+		// Medians over the two runs: ratio 1.31, foreign events 1.5, heap 1035.9 B.
+		"| ManyHolders | — | busy/quiet | 1.31x (1.00x–1.90x) |  | ≤ 1.25x; no event of another Client's lock (2); heap ≤ 1 KiB per held lock (1036 B, 2000 locks per Client) | **MISSED**; events **MISSED**; heap **MISSED** |",
+		"| AcquireAllContended | — | etcdmutex/fencekit | 14.3x (9.66x–20.7x) |  | p99 wait 32.6 ms against 598 ms (no target) |  |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
