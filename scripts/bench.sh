@@ -13,7 +13,7 @@
 # not matter. ROUNDS sets FENCEKIT_BENCH_ROUNDS (the rounds of every
 # interleaved benchmark; default: each benchmark's own, 12 to 60), TRIALS
 # FENCEKIT_BENCH_TRIALS (LossSignal's trials per case). With the defaults
-# the whole set takes about 3 minutes on 2 cores.
+# the whole set takes about 5 minutes on 2 cores.
 #
 # Set FENCEKIT_PG_DSN to include PostgreSQL in BenchmarkGuard. BenchmarkRedis
 # (module redisguard) runs against FENCEKIT_REDIS_ADDR (default
