@@ -342,14 +342,7 @@ func (g engine) Claim(ctx context.Context, begin backend.Begin, tok fence.Token,
 // committed.
 func (g *Guard) RunTx(ctx context.Context, db Beginner, opts *sql.TxOptions, tok fence.Token, resources []string,
 	fn func(ctx context.Context, tx *sql.Tx) error) error {
-	var begin backend.Begin
-	if db != nil {
-		begin = beginSQL(db, opts)
-	}
-	var f func(context.Context, backend.Tx) error
-	if fn != nil {
-		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
-	}
+	begin, f := sqlTxArgs(db, opts, fn)
 	return engine{g}.RunTx(ctx, begin, tok, resources, f)
 }
 
@@ -420,6 +413,13 @@ func (g engine) retry(ctx context.Context, begin backend.Begin, fenceStep, fn fu
 // transaction back: fn does not run and no mark moves.
 func (g *Guard) RunTxAll(ctx context.Context, db Beginner, opts *sql.TxOptions, fences map[string]fence.Token,
 	fn func(ctx context.Context, tx *sql.Tx) error) error {
+	begin, f := sqlTxArgs(db, opts, fn)
+	return engine{g}.RunTxAll(ctx, begin, fences, f)
+}
+
+// sqlTxArgs adapts RunTx's and RunTxAll's database/sql arguments to the
+// engine's: a nil db or fn stays nil, for the engine to refuse.
+func sqlTxArgs(db Beginner, opts *sql.TxOptions, fn func(context.Context, *sql.Tx) error) (backend.Begin, func(context.Context, backend.Tx) error) {
 	var begin backend.Begin
 	if db != nil {
 		begin = beginSQL(db, opts)
@@ -428,7 +428,7 @@ func (g *Guard) RunTxAll(ctx context.Context, db Beginner, opts *sql.TxOptions, 
 	if fn != nil {
 		f = func(ctx context.Context, tx backend.Tx) error { return fn(ctx, tx.(sqlTx).tx) }
 	}
-	return engine{g}.RunTxAll(ctx, begin, fences, f)
+	return begin, f
 }
 
 // RunTxAll is Guard.RunTxAll on a backend.Begin, traced.
