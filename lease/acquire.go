@@ -163,6 +163,12 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 			err = errSkipped
 		}
 	}
+	if errors.Is(err, ErrKeyDeleted) && s.failure() != nil {
+		// The record went because its session ended (Close revokes it,
+		// an expiry deletes it): the session's end is the cause, whichever
+		// the acquisition saw first.
+		err = s.cause()
+	}
 	if err != nil {
 		c.giveUp(s, w, val, written, err)
 		c.log.Debug("lease acquire failed", logattr.Lock(req.name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
