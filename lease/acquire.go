@@ -163,10 +163,9 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 			err = errSkipped
 		}
 	}
-	if errors.Is(err, ErrKeyDeleted) && s.failure() != nil {
-		// The record went because its session ended (Close revokes it,
-		// an expiry deletes it): the session's end is the cause, whichever
-		// the acquisition saw first.
+	if errors.Is(err, ErrKeyDeleted) && errors.Is(s.failure(), ErrClosed) {
+		// The record went because Close revoked its session: the Client's
+		// close is the cause, whichever the acquisition saw first.
 		err = s.cause()
 	}
 	if err != nil {
