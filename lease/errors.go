@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fencekit/fencekit/fence"
@@ -13,9 +14,15 @@ import (
 )
 
 var (
-	// ErrHeld reports that TryAcquire found the lock held, or waited for,
-	// by another acquisition. Nothing was left behind.
+	// ErrHeld reports that a try (TryAcquire, TryAcquireAll, TryLock,
+	// TryRLock, Semaphore.TryAcquire) found the lock held, or waited for,
+	// by another acquisition. Nothing was left behind: any record the try
+	// wrote to find out was deleted before it returned, unless the error
+	// is also a *LeftBehindError, which names the locks where it may remain.
 	ErrHeld = errors.New("lease: held by another holder")
+	// ErrLeftBehind matches every *LeftBehindError: a try failed and could
+	// not confirm, before it returned, that the records it wrote are gone.
+	ErrLeftBehind = errors.New("lease: records left behind")
 	// ErrNotOwner reports that the lock record now belongs to a different
 	// acquisition: this holder lost the lock and someone else holds it.
 	ErrNotOwner = errors.New("lease: not owner")
@@ -135,6 +142,53 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 // Unwrap returns the cause.
 func (e *LostError) Unwrap() error { return e.Cause }
 
+// LeftBehindError is the error of a try (TryAcquire, TryAcquireAll,
+// TryLock, TryRLock, Semaphore.TryAcquire) that failed and could not
+// confirm, before it returned, that every record it wrote was deleted: the
+// delete was refused, or got no reply within ctx and one TTL, so its
+// outcome is unknown. The Client goes on deleting those records in the
+// background, comparing their owner tokens, as it does for a failed
+// Acquire; they go with their session at the latest. Until then each may
+// block its lock.
+//
+// errors.Is matches it against ErrLeftBehind, and against Err and Cause:
+// a try that found a lock held still matches ErrHeld.
+type LeftBehindError struct {
+	// Locks names the locks whose records may remain, in the order the
+	// call named them.
+	Locks []string
+	// Err is why the try failed: an error matching ErrHeld when a lock was
+	// held or waited for, or any other error of the call.
+	Err error
+	// Cause is why the records could not be confirmed gone: an error
+	// matching ErrOutcomeUnknown (and ctx's error once ctx ended), or
+	// ErrPermissionDenied.
+	Cause error
+}
+
+func (e *LeftBehindError) Error() string {
+	quoted := make([]string, len(e.Locks))
+	for i, name := range e.Locks {
+		quoted[i] = strconv.Quote(name)
+	}
+	return fmt.Sprintf("lease: %s; records not confirmed removed from %s (deleted in the background): %s",
+		trimPrefix(e.Err), strings.Join(quoted, ", "), trimPrefix(e.Cause))
+}
+
+// Is reports whether target is ErrLeftBehind.
+func (e *LeftBehindError) Is(target error) bool { return target == ErrLeftBehind }
+
+// Unwrap returns Err and Cause.
+func (e *LeftBehindError) Unwrap() []error { return []error{e.Err, e.Cause} }
+
+// trimPrefix is err's text without its leading "lease: ".
+func trimPrefix(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return strings.TrimPrefix(err.Error(), "lease: ")
+}
+
 // opError is the error of a call on a lock, read as
 // lease: <op> "<name>": <cause> with one "lease: " however deep the cause.
 type opError struct {
@@ -143,7 +197,7 @@ type opError struct {
 }
 
 func (e *opError) Error() string {
-	return fmt.Sprintf("lease: %s %q: %s", e.op, e.name, strings.TrimPrefix(e.err.Error(), "lease: "))
+	return fmt.Sprintf("lease: %s %q: %s", e.op, e.name, trimPrefix(e.err))
 }
 
 func (e *opError) Unwrap() error { return e.err }
