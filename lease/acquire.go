@@ -46,6 +46,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 // key it writes yet and etcd confirmed the new watch after that
 // transaction, one read to catch up. ctx bounds the requests.
 // Options are as for Acquire.
+//
+// A TryAcquire that wrote its record and then failed (the record or the
+// session went, ctx ended) returns only once the record is deleted, or
+// with a *LeftBehindError, as every try does: see TryAcquireAll.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
 	req, err := newRequest(name, true, opts)
 	if err != nil {
@@ -56,8 +60,11 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOpt
 
 // tryAgain reports whether an acquisition failed for a reason another
 // attempt, on a new session or another key, does not have (see
-// acquireWithRetries).
+// acquireWithRetries). A try that left records behind reports it instead.
 func tryAgain(err error) bool {
+	if errors.Is(err, ErrLeftBehind) {
+		return false
+	}
 	return errors.Is(err, errNoSession) || errors.Is(err, errSlotTaken) || errors.Is(err, errRetired)
 }
 
@@ -132,7 +139,9 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 		return nil, err
 	}
 	// Every request of this acquisition ends when its session does: a
-	// request cut off by a partition must not outlive the session.
+	// request cut off by a partition must not outlive the session. The
+	// deletes of a failed try's record are bound by the caller's ctx only.
+	callerCtx := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
@@ -169,7 +178,11 @@ func (c *Client) acquireOnce(ctx context.Context, req request) (*Lease, error) {
 		err = s.cause()
 	}
 	if err != nil {
-		c.giveUp(s, w, val, written, err)
+		var left []leftRecord
+		if r, ok := c.giveUp(s, w, req.name, val, written, err); ok {
+			left = append(left, r)
+		}
+		err = c.dropRecords(callerCtx, s, left, req.try, err)
 		c.log.Debug("lease acquire failed", logattr.Lock(req.name), slog.String("owner", tok.Digest()), slog.String("error", err.Error()))
 		return nil, err
 	}
@@ -188,9 +201,11 @@ func (c *Client) countFailure(ctx context.Context, err error) {
 	}
 }
 
-// giveUp stops routing events to w, whose acquisition failed with err,
-// and removes its record (value val) if one was or may yet be written.
-func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err error) {
+// giveUp stops routing events to w, whose acquisition of the lock called
+// name failed with err, and returns its record (value val) if one was or
+// may yet be written, for dropRecords to remove; ok is false when there is
+// nothing to remove.
+func (c *Client) giveUp(s *session, w *waiter, name, val string, written bool, err error) (r leftRecord, ok bool) {
 	c.recs.unsubscribe(w)
 	switch {
 	case errors.Is(err, errNoSession):
@@ -202,8 +217,24 @@ func (c *Client) giveUp(s *session, w *waiter, val string, written bool, err err
 	case errors.Is(err, errSkipped) && !w.uncertain:
 		s.freeSlot(w.key) // a transfer deleted the record, and no late write of it can come
 	default:
-		c.recs.abandon(s, w.key, val, w.mark, w.uncertain)
+		return leftRecord{name: name, key: w.key, value: val, mark: w.mark, uncertain: w.uncertain}, true
 	}
+	return leftRecord{}, false
+}
+
+// dropRecords removes left, the records of an acquisition that failed
+// with err, and returns the error the acquisition returns. A try deletes
+// them before it returns (see removeNow); any other acquisition leaves
+// them to the background (see records.abandon), so that it returns within
+// its ctx.
+func (c *Client) dropRecords(ctx context.Context, s *session, left []leftRecord, try bool, err error) error {
+	if try && len(left) > 0 {
+		return c.removeNow(ctx, s, left, err)
+	}
+	for _, r := range left {
+		c.recs.abandon(s, r.key, r.value, r.mark, r.uncertain)
+	}
+	return err
 }
 
 // Do acquires the lock called name, runs fn with a context that carries

@@ -2,7 +2,10 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -89,18 +92,26 @@ func (t *records) cleanOrphan(key string, o orphan) {
 
 func (t *records) deleteOrphan(key string, o orphan) {
 	ctx, cancel := context.WithTimeout(t.bg.ctx, o.sess.ttl/3)
-	del, get := []clientv3.Op{clientv3.OpDelete(key)}, []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}
-	if o.mark != nil {
-		// The marker's key is this acquisition's alone (see delayMark),
-		// and it was written only with the record: it goes either way.
-		del, get = append(del, clientv3.OpDelete(o.mark.key)), append(get, clientv3.OpDelete(o.mark.key))
-	}
-	resp, err := t.etcd.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", o.value)).
-		Then(del...).Else(get...).Commit()
+	cmp, del, get := deleteOps(key, o.value, o.mark)
+	resp, err := t.etcd.Txn(ctx).If(cmp).Then(del...).Else(get...).Commit()
 	cancel()
 	if t.settleOrphan(key, o, resp, err) && t.bg.ctx.Err() == nil {
 		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
 	}
+}
+
+// deleteOps are the owner-checked delete of the record at key: if it
+// still holds value (the acquisition's unique owner token), delete it;
+// otherwise read its key, to tell a record gone from someone else's.
+// The lock-delay marker mark, if any, goes either way: its key is the
+// acquisition's alone (see delayMark), and it was written only with the
+// record.
+func deleteOps(key, value string, mark *delayMark) (cmp clientv3.Cmp, del, get []clientv3.Op) {
+	del, get = []clientv3.Op{clientv3.OpDelete(key)}, []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}
+	if mark != nil {
+		del, get = append(del, clientv3.OpDelete(mark.key)), append(get, clientv3.OpDelete(mark.key))
+	}
+	return clientv3.Compare(clientv3.Value(key), "=", value), del, get
 }
 
 // settleOrphan applies the outcome of an orphan's delete, and reports
@@ -128,4 +139,94 @@ func (t *records) settleOrphan(key string, o orphan, resp *clientv3.TxnResponse,
 		}
 	}
 	return false
+}
+
+// leftRecord is a record that a failed acquisition wrote, or may have
+// written, and gives up.
+type leftRecord struct {
+	name      string     // the lock's name, for a *LeftBehindError
+	key       string     // the record's key
+	value     string     // the value written: the acquisition's owner token and hold count
+	mark      *delayMark // the acquisition's lock-delay marker; nil if none
+	uncertain bool       // a write of value may still apply later (see orphan.uncertain)
+}
+
+// removeNow deletes left, the records of a try that failed with err, in
+// one transaction of owner-checked deletes (see deleteOps), and returns err
+// once every record is gone. A transaction whose reply is lost is sent
+// again, paced as a Release's tries are (see resender), within ctx and for
+// up to one TTL: every delete compares its record's unique value, so a
+// resend after one that applied finds the records gone, as it would have.
+//
+// When it gets no reply, or etcd refuses, the records go to the background
+// clean-up (records.abandon), and the error is a *LeftBehindError naming
+// their locks. A record whose write may still apply later (uncertain) is
+// handed to that clean-up first, whatever happens: it deletes the record
+// whenever the watch sees it appear, until the session ends (see
+// orphan.uncertain).
+func (c *Client) removeNow(ctx context.Context, s *session, left []leftRecord, err error) error {
+	for _, r := range left {
+		if r.uncertain {
+			c.recs.abandon(s, r.key, r.value, r.mark, true)
+		}
+	}
+	gone, cause := c.deleteLeft(ctx, s, left)
+	if cause != nil {
+		names := make([]string, len(left))
+		for i, r := range left {
+			names[i] = r.name
+			if !r.uncertain {
+				c.recs.abandon(s, r.key, r.value, r.mark, false)
+			}
+		}
+		return &LeftBehindError{Locks: names, Err: err, Cause: cause}
+	}
+	for i, r := range left {
+		if gone[i] && !r.uncertain {
+			s.freeSlot(r.key) // otherwise someone else's record holds the key
+		}
+	}
+	return err
+}
+
+// deleteLeft sends the deletes of left in one transaction until a reply
+// comes (see removeNow), and reports for each record whether it is gone:
+// deleted now, or found absent, rather than someone else's record under
+// its key. cause is why no reply came, or etcd's refusal.
+func (c *Client) deleteLeft(ctx context.Context, s *session, left []leftRecord) (gone []bool, cause error) {
+	ops := make([]clientv3.Op, len(left))
+	for i, r := range left {
+		cmp, del, get := deleteOps(r.key, r.value, r.mark)
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, del, get)
+	}
+	rs := newResender(s.ttl, &c.lat.change)
+	for {
+		resp, err := c.txnWithin(ctx, rs.deadline(), ops)
+		switch {
+		case err == nil:
+			gone = make([]bool, len(left))
+			for i := range left {
+				r := resp.Responses[i].GetResponseTxn()
+				gone[i] = r.Succeeded || len(r.Responses[0].GetResponseRange().Kvs) == 0
+			}
+			return gone, nil
+		case errors.Is(rpcError(err), ErrPermissionDenied):
+			return nil, rpcError(err)
+		case !rs.again(ctx, c):
+			return nil, unknown(ctx, err)
+		}
+	}
+}
+
+// txnWithin sends a transaction of ops, giving etcd d to reply, within
+// ctx; no reply in time is errNoReply, not a ctx error, while ctx lives
+// (as Lease.txnWithin).
+func (c *Client) txnWithin(ctx context.Context, d time.Duration, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+	tctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	resp, err := c.etcd.Txn(tctx).Then(ops...).Commit()
+	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+		err = fmt.Errorf("%w within %v", errNoReply, d)
+	}
+	return resp, err
 }

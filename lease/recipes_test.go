@@ -419,3 +419,43 @@ func TestInspectRecipes(t *testing.T) {
 	assert.Equal(t, "lock", st.Holder.Kind)
 	assert.Equal(t, "me:1", st.Holder.Value)
 }
+
+// A TryRLock or a semaphore's TryAcquire that fails with ErrHeld has
+// deleted the record it wrote to find out by the time it returns: right
+// after the call, the only record under the lock directories is the
+// holder's.
+func TestTryRecipesHeldLeaveNothingOnReturn(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	t.Run("TryRLock", func(t *testing.T) {
+		rw, err := newClient(t, cli).RWMutex("tr-rw")
+		require.NoError(t, err)
+		w, err := rw.Lock(ctx)
+		require.NoError(t, err)
+		key, id := heldRecord(t, cli, "tr-rw")
+		other, err := newClient(t, cli).RWMutex("tr-rw")
+		require.NoError(t, err)
+		for round := range 10 {
+			_, err := other.TryRLock(ctx)
+			require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
+			require.Empty(t, keysBut(t, cli, key, id), "round %d: the read lock's record is still in etcd", round)
+		}
+		require.NoError(t, w.Release(ctx))
+	})
+	t.Run("Semaphore.TryAcquire", func(t *testing.T) {
+		sem, err := newClient(t, cli).Semaphore("tr-sem", 1)
+		require.NoError(t, err)
+		p, err := sem.Acquire(ctx)
+		require.NoError(t, err)
+		key, id := heldRecord(t, cli, "tr-sem")
+		other, err := newClient(t, cli).Semaphore("tr-sem", 1)
+		require.NoError(t, err)
+		for round := range 10 {
+			_, err := other.TryAcquire(ctx)
+			require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
+			require.Empty(t, keysBut(t, cli, key, id), "round %d: the waiter's record is still in etcd", round)
+		}
+		require.NoError(t, p.Release(ctx))
+	})
+}

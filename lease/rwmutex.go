@@ -58,8 +58,9 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Permit, error) {
 }
 
 // TryRLock takes a read lock if no write lock is held or waited for, and
-// returns an error matching ErrHeld at once otherwise; the record it wrote
-// to find out is then deleted in the background.
+// returns an error matching ErrHeld at once otherwise, once the record it
+// wrote to find out is deleted (see TryAcquireAll for a delete whose reply
+// is lost).
 func (rw *RWMutex) TryRLock(ctx context.Context) (*Permit, error) {
 	l, err := rw.c.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, try: true, op: "read-lock"})
 	if err != nil {

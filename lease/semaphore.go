@@ -58,8 +58,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 }
 
 // TryAcquire takes a permit if one is free and nobody waits ahead, and
-// returns an error matching ErrHeld at once otherwise; the record it wrote
-// to find out is then deleted in the background. ctx bounds the requests.
+// returns an error matching ErrHeld at once otherwise, once the record it
+// wrote to find out is deleted (see Client.TryAcquireAll for a delete whose
+// reply is lost). ctx bounds the requests.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 	l, err := s.c.acquire(ctx, request{name: s.name, kind: recordKind{limit: s.n}, try: true, op: "acquire permit"})
 	if err != nil {

@@ -48,7 +48,19 @@ func (c *Client) AcquireAll(ctx context.Context, names ...string) (*Set, error) 
 
 // TryAcquireAll takes every lock named if none of them is held or waited
 // for, in one transaction, and returns an error matching ErrHeld at once
-// otherwise, removing the records it wrote. Names are as for AcquireAll.
+// otherwise. Names are as for AcquireAll; ctx bounds the requests.
+//
+// A TryAcquireAll that fails returns only once the records it wrote are
+// deleted (one transaction, each delete comparing its record's owner
+// token), so that a lock it found free is free again when it returns. A
+// delete whose reply is lost is sent again, within ctx and for up to one
+// TTL. If it still cannot confirm that the records are gone, it returns a
+// *LeftBehindError (matching ErrLeftBehind, and ErrHeld when a lock was
+// held) naming the locks whose records may remain; the Client goes on
+// deleting them in the background, and they go with their session at the
+// latest. As for Acquire, a write whose reply was lost may still be
+// applied by etcd after the call: the Client deletes such a record as soon
+// as its watch sees it appear.
 func (c *Client) TryAcquireAll(ctx context.Context, names ...string) (*Set, error) {
 	return c.acquireSet(ctx, names, true)
 }
@@ -310,6 +322,7 @@ func (c *Client) acquireSetOnce(ctx context.Context, names []string, try bool) (
 	if err != nil {
 		return nil, err
 	}
+	callerCtx := ctx // bounds a failed try's deletes (see acquireOnce)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
@@ -318,7 +331,7 @@ func (c *Client) acquireSetOnce(ctx context.Context, names []string, try bool) (
 	for _, name := range names {
 		m := c.newMember(s, name, try)
 		if err := c.recs.subscribe(m.w); err != nil {
-			c.dropMembers(s, members, nil, false, err)
+			err = c.dropMembers(callerCtx, s, members, nil, false, err)
 			s.freeSlot(m.w.key)
 			return nil, err
 		}
@@ -328,13 +341,11 @@ func (c *Client) acquireSetOnce(ctx context.Context, names []string, try bool) (
 	}
 	queues, readRevs, written, err := c.enqueueSet(ctx, members)
 	if err != nil {
-		c.dropMembers(s, members, nil, written, err)
-		return nil, err
+		return nil, c.dropMembers(callerCtx, s, members, nil, written, err)
 	}
 	leases, err := c.admitSet(ctx, members, queues, readRevs)
 	if err != nil {
-		c.dropMembers(s, members, leases, true, err)
-		return nil, err
+		return nil, c.dropMembers(callerCtx, s, members, leases, true, err)
 	}
 	return newSet(names, leases, leases[0].rev), nil
 }
@@ -522,9 +533,9 @@ func (c *Client) catchUpSet(ctx context.Context, members []setMember, queues [][
 }
 
 // admitSet waits until every member is admitted, concurrently, and returns
-// their leases. If one fails, the others stop waiting, the leases already
-// admitted are released, and the first error is returned with the leases
-// (nil where a member was not admitted).
+// their leases. If one fails, the others stop waiting, and the first error
+// is returned with the leases already admitted (nil where a member was
+// not), for dropMembers to give up.
 func (c *Client) admitSet(ctx context.Context, members []setMember, queues [][]*mvccpb.KeyValue, readRevs []int64) ([]*Lease, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -548,8 +559,44 @@ func (c *Client) admitSet(ctx context.Context, members []setMember, queues [][]*
 	if !failed.Load() {
 		return leases, nil
 	}
-	c.releaseAdmitted(leases)
 	return leases, context.Cause(ctx)
+}
+
+// dropMembers gives up a set that failed with err, and returns the error
+// the set's acquisition returns (see dropRecords). leases are the leases
+// already admitted (nil where a member was not; all nil when leases is
+// nil). A try ends them unreleased and deletes their records with the
+// other members' before it returns (see letGo); otherwise they are
+// released (see releaseAdmitted) and the other records are removed in the
+// background, as for a failed Acquire (see giveUp).
+func (c *Client) dropMembers(ctx context.Context, s *session, members []setMember, leases []*Lease, written bool, err error) error {
+	try := len(members) > 0 && members[0].req.try
+	if !try {
+		c.releaseAdmitted(leases)
+	}
+	left := make([]leftRecord, 0, len(members))
+	for i, m := range members {
+		if leases != nil && leases[i] != nil {
+			if try {
+				left = append(left, c.letGo(leases[i], m))
+			}
+			continue
+		}
+		if r, ok := c.giveUp(s, m.w, m.req.name, m.val, written, err); ok {
+			left = append(left, r)
+		}
+	}
+	return c.dropRecords(ctx, s, left, try, err)
+}
+
+// letGo ends l, the lease of member m of a try that failed before the set
+// was handed out, without touching its record, and returns that record
+// for dropRecords to delete with the others: l was never anyone's, so
+// nothing of a Release (hold count, unknown outcomes) applies to it.
+func (c *Client) letGo(l *Lease, m setMember) leftRecord {
+	c.recs.forget(l, false)
+	l.end(ErrReleased)
+	return leftRecord{name: m.req.name, key: l.key, value: m.val, mark: l.mark, uncertain: l.uncertain}
 }
 
 // releaseAdmitted releases the leases of a set that failed as a whole.
@@ -564,16 +611,5 @@ func (c *Client) releaseAdmitted(leases []*Lease) {
 				logattr.Lock(l.name), slog.String("error", err.Error()))
 		}
 		cancel()
-	}
-}
-
-// dropMembers gives up the records of the members that hold no lease (all
-// of them when leases is nil) after the set failed with err, as a failed
-// Acquire does (see giveUp).
-func (c *Client) dropMembers(s *session, members []setMember, leases []*Lease, written bool, err error) {
-	for i, m := range members {
-		if leases == nil || leases[i] == nil {
-			c.giveUp(s, m.w, m.val, written, err)
-		}
 	}
 }

@@ -2,10 +2,12 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,4 +360,148 @@ func TestAcquireAllPartitionedLosesAllFirst(t *testing.T) {
 // fence.MaxTokens.
 func TestMaxSetSizeFitsFenceMaxTokens(t *testing.T) {
 	assert.LessOrEqual(t, lease.MaxSetSize, fence.MaxTokens)
+}
+
+// A TryAcquireAll that fails with ErrHeld has removed every record it
+// wrote by the time it returns: right after the call, the only record
+// under the lock directories is the holder's.
+func TestTryAcquireAllHeldLeavesNothingOnReturn(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	a := newClient(t, cli)
+	held, err := newClient(t, cli).Acquire(ctx, "ly")
+	require.NoError(t, err)
+	holderKey, holderLease := heldRecord(t, cli, "ly")
+	for round := range 10 {
+		_, err := a.TryAcquireAll(ctx, "lx", "ly", "lz")
+		require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
+		require.NotErrorIs(t, err, lease.ErrLeftBehind, "round %d", round)
+		require.Empty(t, keysBut(t, cli, holderKey, holderLease),
+			"round %d: records of the failed TryAcquireAll still in etcd after it returned", round)
+	}
+	require.NoError(t, held.Release(ctx))
+}
+
+// keysBut returns every key under the lock directories (the default
+// prefix) except the record at key attached to the session lease id.
+func keysBut(t *testing.T, cli *clientv3.Client, key string, id clientv3.LeaseID) []string {
+	t.Helper()
+	resp, err := cli.Get(ctxT(t, 5*time.Second), lease.DefaultPrefix, clientv3.WithPrefix())
+	require.NoError(t, err)
+	var others []string
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) != key || clientv3.LeaseID(kv.Lease) != id {
+			others = append(others, string(kv.Key))
+		}
+	}
+	return others
+}
+
+// After a TryAcquireAll failed on a held lock and the holder released it,
+// the lock is free at once: a third client's TryAcquire succeeds with no
+// pause, as no one holds or waits for it.
+func TestTryAcquireAllFreedLockIsFreeAtOnce(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	a, b, c := newClient(t, cli), newClient(t, cli), newClient(t, cli)
+	for round := range 100 {
+		held, err := b.Acquire(ctx, "fy")
+		require.NoError(t, err, "round %d", round)
+		_, err = a.TryAcquireAll(ctx, "fx", "fy")
+		require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
+		require.NoError(t, held.Release(ctx), "round %d", round)
+		l, err := c.TryAcquire(ctx, "fy")
+		require.NoError(t, err, "round %d: y was released and nobody waits for it", round)
+		require.NoError(t, l.Release(ctx), "round %d", round)
+	}
+}
+
+// A failed TryAcquireAll whose deletes get no reply says so: the error
+// still matches ErrHeld, and is a *LeftBehindError naming the locks whose
+// records may remain, which the Client then deletes in the background. One
+// whose first delete applied but lost its reply sends it again, finds the
+// records gone and returns plain ErrHeld.
+func TestTryAcquireAllLostDeleteReply(t *testing.T) {
+	cl := etcdtest.Start(t)
+	direct := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 60*time.Second)
+	held, err := newClient(t, direct).Acquire(ctx, "dy")
+	require.NoError(t, err)
+	holderKey, holderLease := heldRecord(t, direct, "dy")
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			cli := etcdtest.Client(t, cl)
+			kv := &deleteLossKV{KV: cli.KV, applied: applied}
+			cli.KV = kv
+			a := newClient(t, cli)
+			kv.drop.Store(1)
+			if !applied {
+				kv.drop.Store(1 << 20) // every try
+			}
+			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, err := a.TryAcquireAll(tctx, "dx", "dy")
+			require.ErrorIs(t, err, lease.ErrHeld)
+			require.NotErrorIs(t, err, lease.ErrRetryable)
+			if applied {
+				require.NotErrorIs(t, err, lease.ErrLeftBehind)
+				require.Empty(t, keysBut(t, direct, holderKey, holderLease), "the resend found the records gone")
+				return
+			}
+			require.ErrorIs(t, err, lease.ErrLeftBehind)
+			require.ErrorIs(t, err, lease.ErrOutcomeUnknown)
+			var left *lease.LeftBehindError
+			require.ErrorAs(t, err, &left)
+			assert.Equal(t, []string{"dx", "dy"}, left.Locks)
+			require.ErrorIs(t, left.Err, lease.ErrHeld)
+			kv.drop.Store(0)
+			require.Eventually(t, func() bool { return len(keysBut(t, direct, holderKey, holderLease)) == 0 },
+				10*time.Second, 10*time.Millisecond, "the background clean-up deletes the records")
+		})
+	}
+	require.NoError(t, held.Release(ctx))
+}
+
+// deleteLossKV loses the replies (or the requests, unless applied) of the
+// next drop transactions that delete records of a failed try: those whose
+// Then branch holds transactions.
+type deleteLossKV struct {
+	clientv3.KV
+	drop    atomic.Int32
+	applied bool
+}
+
+func (k *deleteLossKV) Txn(ctx context.Context) clientv3.Txn {
+	return &deleteLossTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type deleteLossTxn struct {
+	clientv3.Txn
+	kv     *deleteLossKV
+	nested bool
+}
+
+func (t *deleteLossTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *deleteLossTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *deleteLossTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.nested = t.nested || op.IsTxn()
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *deleteLossTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.nested || t.kv.drop.Add(-1) < 0 {
+		return t.Txn.Commit()
+	}
+	if t.kv.applied {
+		if _, err := t.Txn.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("reply lost (test)")
 }
