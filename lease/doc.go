@@ -74,9 +74,9 @@
 //     its own, and two overlapping sets, written at different revisions,
 //     are in the same order in every queue they share. If any lock of the
 //     set fails, every record is removed again. TryAcquireAll fails at
-//     once with ErrHeld instead of waiting. Up to MaxSetSize locks: two
-//     operations per lock in one transaction, within etcd's default
-//     --max-txn-ops of 128.
+//     once with ErrHeld instead of waiting, after deleting its records.
+//     Up to MaxSetSize locks: two operations per lock in one transaction,
+//     within etcd's default --max-txn-ops of 128.
 //
 // A record's key names its kind (and a semaphore's size): participants
 // must agree, and one that finds another kind or size ahead of it fails
@@ -204,7 +204,9 @@
 // MinServerVersion), or
 // an error matching ErrRetryable after which calling again may succeed (the
 // session ended during the wait, the waiter's record was removed, etcd was
-// unreachable, or, from Do, the lease was lost).
+// unreachable, or, from Do, the lease was lost). A failed try's error can
+// also be a *LeftBehindError (matching ErrLeftBehind, and still its cause,
+// such as ErrHeld): the records it wrote could not be confirmed deleted.
 //
 // Term.Transfer returns the same, or a *NotCandidateError (matching
 // ErrNotCandidate) when the chosen candidate is not waiting: nothing
@@ -246,6 +248,12 @@
 //     session for later acquisitions, and revokes the old one as soon as
 //     nothing held or waiting uses it, which removes the record for good
 //     (a write that arrives after the revoke fails).
+//   - A failed try (TryAcquire, TryAcquireAll, TryLock, TryRLock,
+//     Semaphore.TryAcquire) returns only once the records it wrote are
+//     deleted, so that a lock it found free is free again when it returns;
+//     if it cannot confirm that within ctx and one TTL, its error is also a
+//     *LeftBehindError (matching ErrLeftBehind) naming the locks whose
+//     records may remain, and the Client deletes them in the background.
 //   - A record that no session keeps (an outsider's plain Put into the
 //     prefix) blocks its lock until deleted; a waiter stuck behind it for a
 //     TTL logs a warning and counts fencekit_lease_foreign_records_total.
