@@ -89,8 +89,13 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 // higher than this one, however many candidates queued ahead of it.
 //
 // The hand-off has no overlap and no gap. Transfer first reads the queue
-// and refuses a to that is not waiting (never queued, gone, or this
-// leader) with a *NotCandidateError, changing nothing. Otherwise it ends
+// and refuses a to that is not a waiting candidate (never queued, gone,
+// this leader, a read lock or semaphore permit, a member of a set that
+// AcquireAll is taking, a lock-delay marker whose record is gone, or
+// queued behind a record of those kinds) with a *NotCandidateError,
+// changing nothing. That read also scans the keys under the Client's
+// prefix for records sharing to's creation revision (the members of a
+// set do), in the same request. Otherwise it ends
 // the term (Done closes; Err and the Context's cause are ErrTransferred)
 // before it sends anything, and then one transaction, comparing this
 // term's owner token and record version as Release does, deletes the
@@ -172,11 +177,10 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 // when to is not waiting; when this lease's record is not its own any
 // more, the lease is lost.
 func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, error) {
-	resp, err := l.c.etcd.Get(ctx, dirOf(l.key), queueRecords()...)
+	q, members, err := l.c.readSuccessor(ctx, dirOf(l.key), to.Term.Revision)
 	if err != nil {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	q := resp.Kvs
 	own := position(q, l.key, l.rev)
 	var rec []*mvccpb.KeyValue
 	if own >= 0 {
@@ -189,29 +193,107 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 	}
 	l.confirm(st.count, st.payload, st.modRev)
 	l.pending = nil
-	if own != 0 {
+	if own != leaderIndex(q) {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.New("a record no session keeps heads the queue"))
 	}
-	ti := -1
-	for i, kv := range q {
-		if kv.CreateRevision == to.Term.Revision {
-			ti = i
-		}
+	ti, skipped, reason := successor(q, own, to.Term.Revision, members)
+	if reason != "" {
+		return transferPlan{}, l.notCandidate(to, reason, false)
 	}
+	return transferPlan{own: q[own], to: q[ti], skipped: skipped}, nil
+}
+
+// readSuccessor reads, in one transaction, the queue of the election whose
+// directory is dir and, when rev is a revision, every key under the prefix
+// created at rev: a set's records (AcquireAll) share their creation
+// revision, so a candidate's record is the only record among them.
+func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, members []*mvccpb.KeyValue, err error) {
+	ops := []clientv3.Op{clientv3.OpGet(dir, queueRecords()...)}
+	if rev > 0 {
+		ops = append(ops, clientv3.OpGet(c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev)))
+	}
+	resp, err := c.etcd.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, nil, err
+	}
+	q = resp.Responses[0].GetResponseRange().Kvs
+	if rev > 0 {
+		members = resp.Responses[1].GetResponseRange().Kvs
+	}
+	return q, members, nil
+}
+
+// leaderIndex returns the index in an election's queue q (in creation
+// order) of its head's record: 0, or 1 when a lock-delay marker sorts
+// ahead of the record it belongs to (they share a creation revision).
+func leaderIndex(q []*mvccpb.KeyValue) int {
+	if len(q) > 1 && q[0].CreateRevision == q[1].CreateRevision && isMarker(string(q[0].Key)) {
+		return 1
+	}
+	return 0
+}
+
+// successor judges, for Transfer and RequestTransfer alike, the candidate
+// whose term is rev in an election's queue q (in creation order), led by
+// the record at lead: it returns the index of the candidate's record and
+// the records a transfer passes over, or the reason why rev names no
+// waiting candidate that a transfer could admit. members is what
+// readSuccessor read at rev. A candidate is an exclusive record, kept by
+// a session, of no set, behind the leader, and at most MaxTransferSkip
+// candidates, and nothing else, queue between the two (the leader's and
+// the candidate's own lock-delay markers aside).
+func successor(q []*mvccpb.KeyValue, lead int, rev int64, members []*mvccpb.KeyValue) (int, []*mvccpb.KeyValue, string) {
+	ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev && !isMarker(string(kv.Key)) })
 	switch {
-	case ti == 0:
-		return transferPlan{}, l.notCandidate(to, "it is the leader", false)
-	case ti < 0:
-		return transferPlan{}, l.notCandidate(to, "no such candidate waits", false)
-	case ti-1 > MaxTransferSkip:
-		return transferPlan{}, l.notCandidate(to, fmt.Sprintf("%d candidates queue ahead of it, more than %d", ti-1, MaxTransferSkip), false)
+	case ti == lead:
+		return -1, nil, "it is the leader"
+	case ti < 0 && rev > 0 && slices.ContainsFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev }):
+		return -1, nil, "a lock-delay marker whose record is gone: nobody waits there"
+	case ti < lead:
+		return -1, nil, "no such candidate waits"
 	}
-	for _, kv := range q[1 : ti+1] {
+	if reason := whyNoCandidate(q[ti], members); reason != "" {
+		return -1, nil, reason
+	}
+	var skipped []*mvccpb.KeyValue
+	for _, kv := range q[lead+1 : ti] {
+		if kv.CreateRevision == rev || kv.CreateRevision == q[lead].CreateRevision {
+			continue // the candidate's or the leader's own marker
+		}
 		if k, ok := kindOf(string(kv.Key)); !ok || k != exclusive || kv.Lease == 0 {
-			return transferPlan{}, l.notCandidate(to, fmt.Sprintf("the record %s is no candidate's", kv.Key), false)
+			return -1, nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
+		}
+		skipped = append(skipped, kv)
+	}
+	if len(skipped) > MaxTransferSkip {
+		return -1, nil, fmt.Sprintf("%d candidates queue ahead of it, more than %d", len(skipped), MaxTransferSkip)
+	}
+	return ti, skipped, ""
+}
+
+// whyNoCandidate returns why the record kv, which waits in an election's
+// queue, is no candidate's, or "" if it is one. members are the keys
+// created at its revision (see readSuccessor).
+func whyNoCandidate(kv *mvccpb.KeyValue, members []*mvccpb.KeyValue) string {
+	k, ok := kindOf(string(kv.Key))
+	switch {
+	case !ok:
+		return fmt.Sprintf("the record %s is no fencekit record", kv.Key)
+	case k != exclusive:
+		return fmt.Sprintf("a %s, not a candidate", k)
+	case kv.Lease == 0:
+		return "its record is kept by no session"
+	}
+	dir := dirOf(string(kv.Key))
+	for _, m := range members {
+		if key := string(m.Key); dirOf(key) != dir && !isMarker(key) {
+			if _, ok := kindOf(key); ok {
+				return "a member of a set (AcquireAll), not a candidate"
+			}
 		}
 	}
-	return transferPlan{own: q[0], to: q[ti], skipped: q[1:ti]}, nil
+	return ""
 }
 
 // txn is the plan's transaction: if the term's record is as read, to's
@@ -300,17 +382,15 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		return p, true, opErr(opTransfer.String(), l.name, cause)
 	}
 	p.own = q[own]
-	ti := -1
-	for i, kv := range q {
-		if kv.CreateRevision == to.Term.Revision {
-			ti = i
-		}
+	ti, skipped, reason := successor(q, own, to.Term.Revision, nil)
+	if reason == "" && attempt >= maxAttempts {
+		reason = "the queue kept changing"
 	}
-	if ti <= own || ti-own-1 > MaxTransferSkip || attempt >= maxAttempts {
+	if reason != "" {
 		l.giveUpTerm(p)
-		return p, true, l.notCandidate(to, "it left the queue", true)
+		return p, true, l.notCandidate(to, reason, true)
 	}
-	p.to, p.skipped = q[ti], q[own+1:ti]
+	p.to, p.skipped = q[ti], skipped
 	return p, false, nil
 }
 
@@ -370,8 +450,10 @@ func (c *Client) skipped(ctx context.Context, w *waiter) bool {
 // request is written only if term still leads and to still waits, in one
 // transaction comparing both records' creation revisions; otherwise it
 // writes nothing and returns a *NotHolderError (term does not lead) or a
-// *NotCandidateError (to does not wait). Any other error means the
-// outcome is unknown; asking again is harmless.
+// *NotCandidateError (to is no waiting candidate, judged as Term.Transfer
+// judges it, so that a read lock, a set member or a lock-delay marker is
+// refused). Any other error means the outcome is unknown; asking again is
+// harmless.
 //
 // The leader hears it within the time an etcd watch event takes: its
 // Term.ReleaseRequested closes and Term.TransferRequested names to.
@@ -385,32 +467,31 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 	if term <= 0 {
 		return fmt.Errorf("lease: request transfer %q: term %d is not positive", e.name, term)
 	}
+	if to.Term.Lock != e.name {
+		return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
+	}
 	for range maxAttempts {
-		resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+		q, members, err := e.c.readSuccessor(ctx, lockDir(e.c.cfg.prefix, e.name), to.Term.Revision)
 		if err != nil {
 			return opErr("request transfer", e.name, errors.Join(rpcError(err), ctx.Err()))
 		}
-		q := resp.Kvs
+		lead := leaderIndex(q)
 		switch {
-		case len(q) == 0:
+		case len(q) == 0, isMarker(string(q[lead].Key)):
+			// Nobody leads: the queue is empty, or waits out a lock-delay.
 			return &NotHolderError{Lock: e.name, Revision: term}
-		case q[0].CreateRevision != term:
-			return &NotHolderError{Lock: e.name, Revision: term, Holder: q[0].CreateRevision}
-		case q[0].Lease == 0:
+		case q[lead].CreateRevision != term:
+			return &NotHolderError{Lock: e.name, Revision: term, Holder: q[lead].CreateRevision}
+		case q[lead].Lease == 0:
 			return opErr("request transfer", e.name, errors.New("the leader's record is kept by no session, so no Client can hear the request"))
 		}
-		ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == to.Term.Revision })
-		switch {
-		case to.Term.Lock != e.name:
-			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
-		case ti == 0:
-			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "it is the leader"}
-		case ti < 0:
-			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "no such candidate waits"}
+		ti, _, reason := successor(q, lead, to.Term.Revision, members)
+		if reason != "" {
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: reason}
 		}
-		head := string(q[0].Key)
+		head := string(q[lead].Key)
 		put := clientv3.OpPut(askKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
-			clientv3.WithLease(clientv3.LeaseID(q[0].Lease)))
+			clientv3.WithLease(clientv3.LeaseID(q[lead].Lease)))
 		tr, err := e.c.etcd.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(head), "=", term),
 			clientv3.Compare(clientv3.CreateRevision(string(q[ti].Key)), "=", to.Term.Revision),
