@@ -118,12 +118,17 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 // the read and the transaction, the term has already ended: Transfer then
 // resigns (the next candidate in line leads) and returns a
 // *NotCandidateError with Resigned set. An error matching ErrNotOwner or
-// ErrNotFound means the term had been lost already. An error matching
-// ErrOutcomeUnknown means no reply came (each try is resent for up to one
-// TTL, as Release's are): the transfer may have applied; if it did not,
-// the Client deletes the term's record in the background, comparing its
-// owner token, so that the next candidate leads. Either way the term has
-// ended. A term that has ended returns its Err at once.
+// ErrNotFound means the term had been lost already, or was lost (its
+// session ended, its record was deleted) before the transaction could
+// apply: to was not admitted by it. An error matching ErrOutcomeUnknown
+// means Transfer cannot tell whether the transfer applied: no reply came
+// (each try is resent for up to one TTL, as Release's are), and if it did
+// not apply the Client deletes the term's record in the background,
+// comparing its owner token, so that the next candidate leads; or a try's
+// reply was lost and the term's record then went while etcd's history,
+// which tells whose delete it was (a resend that finds the record gone
+// reads it), had been compacted away. Either way the term has ended. A
+// term that has ended returns its Err at once.
 func (t *Term) Transfer(ctx context.Context, to Candidate) error {
 	if t == nil {
 		return errNilLease
@@ -366,12 +371,22 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 	}
 	q := resp.Kvs
 	own := position(q, l.key, l.rev)
+	if own < 0 && unknownBefore {
+		// An earlier try, whose reply was lost, may have deleted the
+		// record, or something else did (its session ended): only that
+		// try's doing is a transfer.
+		applied, err := l.transferApplied(ctx, p)
+		switch {
+		case err != nil:
+			l.c.recs.forget(l, true)
+			l.c.met.result(opTransfer, "unknown").Inc()
+			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", rpcError(err))))
+		case applied:
+			l.c.recs.forget(l, true)
+			return p, true, nil
+		}
+	}
 	switch {
-	case own < 0 && unknownBefore:
-		// An earlier try, whose reply was lost, applied (or the record
-		// went otherwise): either way the term is over, as asked.
-		l.c.recs.forget(l, true)
-		return p, true, nil
 	case own < 0 || !ownedBy(q[own].Value, l.owner.Value()):
 		cause := ErrNotFound
 		if len(q) > 0 {
@@ -392,6 +407,35 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 	}
 	p.to, p.skipped = q[ti], skipped
 	return p, false, nil
+}
+
+// transferApplied finds out, from etcd's history, whether a try of the
+// plan p deleted the term's record, which is gone: the first change of
+// the record after the version p compared is its delete, and that delete
+// shares its revision with the put of the successor's admit note only if
+// it was this transfer's. It fails when that history was compacted away
+// or cannot be read.
+func (l *Lease) transferApplied(ctx context.Context, p transferPlan) (bool, error) {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), l.sess.ttl)
+	defer cancel()
+	for resp := range l.c.etcd.Watch(wctx, l.key, clientv3.WithRev(p.own.ModRevision+1)) {
+		if err := resp.Err(); err != nil {
+			return false, err
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		ev := resp.Events[0]
+		if ev.Type != mvccpb.DELETE {
+			return false, nil // changed first, so no try compared true
+		}
+		note, err := l.c.etcd.Get(wctx, askKey(l.c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), clientv3.WithRev(ev.Kv.ModRevision))
+		if err != nil {
+			return false, err
+		}
+		return len(note.Kvs) == 1 && note.Kvs[0].ModRevision == ev.Kv.ModRevision, nil
+	}
+	return false, errors.Join(errNoReply, wctx.Err())
 }
 
 // giveUpTerm deletes the record of a term that ended for a transfer that

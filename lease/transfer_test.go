@@ -280,8 +280,8 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 }
 
 // A Transfer whose reply is lost resends its transaction; the resend
-// finds the term's record gone and returns nil: the chosen candidate
-// leads. One whose requests are all lost returns an error matching
+// finds the term's record gone and, from its history, that its own lost
+// try deleted it, and returns nil: the chosen candidate leads. One whose requests are all lost returns an error matching
 // ErrOutcomeUnknown, with the term ended; its record is then deleted in
 // the background, and the candidate next in line leads with a higher
 // term.
@@ -510,4 +510,121 @@ func TestRequestTransferRefusesNonCandidates(t *testing.T) {
 	px.Resume()
 	px.ResetConns()
 	require.NoError(t, term.Resign(ctx))
+}
+
+// cutKV cuts its Client's link (cut) just before it sends the first
+// transaction that writes once armed: the transaction goes into the cut
+// link.
+type cutKV struct {
+	clientv3.KV
+	cut   func()
+	armed atomic.Bool
+	done  chan struct{} // closed once cut
+	tries atomic.Int32  // transactions that write sent since the cut
+}
+
+func (k *cutKV) Txn(ctx context.Context) clientv3.Txn { return &cutTxn{Txn: k.KV.Txn(ctx), kv: k} }
+
+type cutTxn struct {
+	clientv3.Txn
+	kv     *cutKV
+	writes bool
+}
+
+func (t *cutTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *cutTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.writes = t.writes || writes(ops)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+func (t *cutTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *cutTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.writes && t.kv.armed.CompareAndSwap(true, false) {
+		t.kv.cut()
+		close(t.kv.done)
+	}
+	if t.writes && closed(t.kv.done) {
+		t.kv.tries.Add(1)
+	}
+	return t.Txn.Commit()
+}
+
+// The leader's link is cut as its term ends (its transfer's transaction
+// goes into the cut), its session is revoked, the next in line (a) leads,
+// then the link heals: the transfer never applied, and Transfer must not
+// report that it did while the chosen candidate (b) still waits. With
+// etcd's history at hand it finds out: the term was lost (ErrNotOwner:
+// a leads). With that history compacted it cannot tell: the outcome is
+// unknown.
+func TestTransferLinkCutAsTermEnds(t *testing.T) {
+	for _, compacted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compacted=%v", compacted), func(t *testing.T) {
+			cl := etcdtest.Start(t)
+			ctx := ctxT(t, 60*time.Second)
+			direct := etcdtest.Client(t, cl)
+			const name = "cut-handoff"
+			p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
+			require.NoError(t, err)
+			t.Cleanup(func() { p.Close() })
+			cli := etcdtest.Client(t, cl, p.URL())
+			kv := &cutKV{KV: cli.KV, cut: p.Pause, done: make(chan struct{})}
+			cli.KV = kv
+			leader := newClient(t, cli, lease.WithTTL(3*time.Second))
+			e, err := leader.Election(name)
+			require.NoError(t, err)
+			term, err := e.Campaign(ctx, "leader")
+			require.NoError(t, err)
+			a := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "a")
+			waitRecords(t, direct, name, 2)
+			b := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "b")
+			waitRecords(t, direct, name, 3)
+			cands, err := e.Candidates(ctx)
+			require.NoError(t, err)
+			require.Len(t, cands, 2)
+			st, err := newClient(t, direct).Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, term.Fence(), st.Holder.Fence)
+
+			kv.armed.Store(true)
+			got := make(chan error, 1)
+			go func() { got <- term.Transfer(ctx, cands[1]) }()
+			<-kv.done
+			_, err = direct.Revoke(ctx, clientv3.LeaseID(st.Holder.Session))
+			require.NoError(t, err)
+			ta := a.term(t, 10*time.Second)
+			// The first try is lost: the link heals under a resend.
+			require.Eventually(t, func() bool { return kv.tries.Load() >= 2 }, 5*time.Second, time.Millisecond)
+			if compacted {
+				resp, err := direct.Get(ctx, "probe")
+				require.NoError(t, err)
+				_, err = direct.Compact(ctx, resp.Header.Revision)
+				require.NoError(t, err)
+			}
+			p.Resume()
+
+			var terr error
+			select {
+			case terr = <-got:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Transfer did not return")
+			}
+			t.Logf("Transfer: %v", terr)
+			require.Error(t, terr, "the transfer never applied: b still waits")
+			if compacted {
+				assert.ErrorIs(t, terr, lease.ErrOutcomeUnknown)
+			} else {
+				assert.ErrorIs(t, terr, lease.ErrNotOwner)
+				assert.NotErrorIs(t, terr, lease.ErrOutcomeUnknown)
+			}
+			assert.True(t, closed(term.Done()))
+			b.notLeading(t)
+			cands, err = e.Candidates(ctx)
+			require.NoError(t, err)
+			require.Len(t, cands, 1)
+			assert.Equal(t, "b", cands[0].Value)
+			require.NoError(t, ta.Resign(ctx))
+			require.NoError(t, b.term(t, 5*time.Second).Resign(ctx))
+		})
+	}
 }
