@@ -327,3 +327,52 @@ func TestTransferToReaderRefused(t *testing.T) {
 	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
 	b.wait(t, 10*time.Second)
 }
+
+// TestLeaderLockDelay: a lease run with --lock-delay on an election's
+// name, force released: during the delay "leader" says nobody leads and
+// when the delay ends (exit 1; JSON: delayed_until), "observe" says so,
+// and "status" shows the delay.
+func TestLeaderLockDelay(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	out := filepath.Join(t.TempDir(), "out")
+	obs := start(t, env, "observe", "--json", "dl")
+	p := start(t, append(append([]string{}, env...), childEnv("loop", out)...), "run", "--lock-delay", "8s", "dl", "--", testExe(t))
+	ev := waitEvent(t, out, "start", 20*time.Second)
+	rev := strings.SplitN(ev.token, ":", 2)[0]
+	code, stdout, errOut := fk(t, env, "leader", "dl")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, stdout, "fence "+rev)
+	code, _, errOut = fk(t, env, "release", "--fence", rev, "dl")
+	require.Equal(t, 0, code, errOut)
+	released := time.Now()
+
+	code, stdout, errOut = fk(t, env, "leader", "dl")
+	assert.Equal(t, ExitRefused, code, "stdout %q stderr %q", stdout, errOut)
+	assert.Empty(t, stdout)
+	requireOneLine(t, errOut, `election "dl" has no leader, lock-delay until ~`)
+	code, stdout, _ = fk(t, env, "leader", "--json", "dl")
+	assert.Equal(t, ExitRefused, code)
+	var j leaderJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &j), stdout)
+	assert.False(t, j.Leader)
+	if assert.NotNil(t, j.DelayedUntil) {
+		assert.True(t, j.DelayedUntil.After(released), "delayed until %v", j.DelayedUntil)
+	}
+	code, table, errOut := fk(t, env, "status", "dl")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, table, "lock-delay until ~")
+	require.Eventually(t, func() bool {
+		for _, line := range strings.Split(obs.stdout.String(), "\n") {
+			var l leaderJSON
+			if json.Unmarshal([]byte(line), &l) == nil && !l.Leader && l.DelayedUntil != nil {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "observe printed:\n%s", obs.stdout.String())
+	t.Logf("checked within %v of the force release (lock-delay 8s)", time.Since(released))
+	require.Equal(t, ExitLost, p.wait(t, 10*time.Second))
+	require.NoError(t, obs.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, 0, obs.wait(t, 10*time.Second), obs.stderr.String())
+}
