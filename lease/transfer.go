@@ -261,20 +261,30 @@ func successor(q []*mvccpb.KeyValue, lead int, rev int64, members []*mvccpb.KeyV
 	if reason := whyNoCandidate(q[ti], members); reason != "" {
 		return -1, nil, reason
 	}
+	skipped, reason := passedOver(q, lead, ti)
+	if reason != "" {
+		return -1, nil, reason
+	}
+	return ti, skipped, ""
+}
+
+// passedOver returns the candidates that a transfer from the leader at
+// lead to the candidate at ti passes over, or why it cannot.
+func passedOver(q []*mvccpb.KeyValue, lead, ti int) ([]*mvccpb.KeyValue, string) {
 	var skipped []*mvccpb.KeyValue
 	for _, kv := range q[lead+1 : ti] {
-		if kv.CreateRevision == rev || kv.CreateRevision == q[lead].CreateRevision {
+		if kv.CreateRevision == q[ti].CreateRevision || kv.CreateRevision == q[lead].CreateRevision {
 			continue // the candidate's or the leader's own marker
 		}
 		if k, ok := kindOf(string(kv.Key)); !ok || k != exclusive || kv.Lease == 0 {
-			return -1, nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
+			return nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
 		}
 		skipped = append(skipped, kv)
 	}
 	if len(skipped) > MaxTransferSkip {
-		return -1, nil, fmt.Sprintf("%d candidates queue ahead of it, more than %d", len(skipped), MaxTransferSkip)
+		return nil, fmt.Sprintf("%d candidates queue ahead of it, more than %d", len(skipped), MaxTransferSkip)
 	}
-	return ti, skipped, ""
+	return skipped, ""
 }
 
 // whyNoCandidate returns why the record kv, which waits in an election's
