@@ -295,7 +295,9 @@
 // raised to it, which only lengthens the delay. Inspect shows a marker
 // as the record's Record.LockDelay, and a delay under way as
 // LockState.DelayedUntil with no Holder; the Verifier never takes a marker
-// for a holder. Markers cost a waiter that dies while it waits: those
+// for a holder, nor does an election: Election.Leader returns a
+// *NoLeaderError with DelayedUntil set, and Observe yields a zero Leader
+// with DelayedUntil set when the term ends. Markers cost a waiter that dies while it waits: those
 // behind it wait d after its record goes. Close ends leases without
 // releasing them: their markers wait out their lease, up to TTL + d + 1 s.
 // Sets, semaphores, read-write locks and elections take no

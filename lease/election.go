@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"time"
 
@@ -16,7 +17,31 @@ import (
 const MaxValueLen = 4096
 
 // ErrNoLeader reports that an election has no leader at the moment.
+// Election.Leader returns it as a *NoLeaderError.
 var ErrNoLeader = errors.New("lease: no leader")
+
+// NoLeaderError is the error of Election.Leader when nobody leads the
+// election: nobody campaigns, or the election waits out a lock-delay. It
+// matches ErrNoLeader.
+type NoLeaderError struct {
+	// Election is the election's name.
+	Election string
+	// DelayedUntil is, while the election waits out a lock-delay (a
+	// Lease acquired WithLockDelay led it and vanished without a
+	// Release), about when the delay ends and the next candidate may
+	// lead, as LockState.DelayedUntil reckons it; zero otherwise.
+	DelayedUntil time.Time
+}
+
+func (e *NoLeaderError) Error() string {
+	if e.DelayedUntil.IsZero() {
+		return ErrNoLeader.Error()
+	}
+	return fmt.Sprintf("%v, lock-delay until ~%s", ErrNoLeader, e.DelayedUntil.UTC().Format(time.RFC3339))
+}
+
+// Is reports whether target is ErrNoLeader.
+func (e *NoLeaderError) Is(target error) bool { return target == ErrNoLeader }
 
 // Election elects one leader among the Clients that campaign under its
 // name, and tells anyone who asks who it is. Candidates queue like
@@ -66,6 +91,12 @@ type Leader struct {
 	// read yet (see Observe). Leaders between the one yielded before and
 	// this one may be missing. Leader never sets it.
 	Gap bool
+	// DelayedUntil is set only on a zero Leader (no leader) that Observe
+	// yields while the election waits out a lock-delay: a Lease acquired
+	// WithLockDelay led it and vanished without a Release, and nobody
+	// leads until about then (see NoLeaderError). Observe yields it when
+	// that term ends.
+	DelayedUntil time.Time
 
 	key string // its record's key
 }
@@ -133,23 +164,35 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	return t.l.c.run(ctx, t.l, func(ctx context.Context) error { return fn(ctx, t) })
 }
 
-// Leader returns who leads the election now, or ErrNoLeader. It is one
-// etcd read.
+// Leader returns who leads the election now, or a *NoLeaderError
+// (matching ErrNoLeader) when nobody does: also during a lock-delay, when
+// the error says about when the delay ends. It is one etcd read, two when
+// a lock-delay marker heads the queue, three during the delay.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), headRecord()...)
 	if err != nil {
 		return Leader{}, opErr("leader", e.name, rpcError(err))
 	}
-	ldr := e.leaderOf(resp.Kvs)
-	if ldr.IsZero() {
-		return Leader{}, opErr("leader", e.name, ErrNoLeader)
+	if len(resp.Kvs) == 0 {
+		return Leader{}, opErr("leader", e.name, &NoLeaderError{Election: e.name})
 	}
-	return ldr, nil
+	head, err := resolveHead(ctx, e.c.etcd, resp.Kvs[0])
+	if err != nil {
+		return Leader{}, opErr("leader", e.name, errors.Join(rpcError(err), ctx.Err()))
+	}
+	if head == nil {
+		until := e.c.delayEnd(ctx, resp.Kvs[0])
+		return Leader{}, opErr("leader", e.name, &NoLeaderError{Election: e.name, DelayedUntil: until})
+	}
+	return e.leaderOf(head), nil
 }
 
 // Observe returns the sequence of the election's leaders: the current one
 // first (the zero Leader if none), then every change, in the order etcd
-// applied them; a new published value (Proclaim) is a change too. It reads
+// applied them; a new published value (Proclaim) is a change too. A term
+// that ends with a lock-delay (see WithLockDelay) is followed by a zero
+// Leader with DelayedUntil set, and its end by the next leader, or by a
+// zero Leader. It reads
 // the election's queue once, then follows it through one watch from that
 // revision on, deriving each leader from the watch's own events, so it
 // never coalesces changes however often etcd compacts its history.
@@ -192,6 +235,15 @@ type observer struct {
 	last  Leader                      // the leader last yielded
 	first bool                        // nothing yielded yet
 	gap   bool                        // history was compacted away unread
+	delay observedDelay               // the lock-delay last read
+}
+
+// observedDelay is the end of a lock-delay as read for the marker at key
+// on the etcd lease id.
+type observedDelay struct {
+	key   string
+	lease int64
+	until time.Time
 }
 
 // watch runs one watch of the directory: from rev+1 when recs is current,
@@ -213,7 +265,7 @@ func (o *observer) watch(ctx context.Context) bool {
 		if created, ok := <-wch; !ok || created.Err() != nil || !o.read(wctx) {
 			return true
 		}
-		if !o.emit() {
+		if !o.emit(wctx) {
 			return false
 		}
 	}
@@ -226,7 +278,7 @@ func (o *observer) watch(ctx context.Context) bool {
 		if resp.Err() != nil {
 			return true
 		}
-		if !o.apply(resp.Events) {
+		if !o.apply(wctx, resp.Events) {
 			return false
 		}
 	}
@@ -250,7 +302,7 @@ func (o *observer) read(ctx context.Context) bool {
 // apply applies a watch response's events revision by revision, yielding
 // the leader after each revision that changed it. Events at or below rev
 // (already in the read that began the watch) are skipped.
-func (o *observer) apply(evs []*clientv3.Event) bool {
+func (o *observer) apply(ctx context.Context, evs []*clientv3.Event) bool {
 	for i, ev := range evs {
 		if ev.Kv.ModRevision <= o.rev {
 			continue
@@ -264,7 +316,7 @@ func (o *observer) apply(evs []*clientv3.Event) bool {
 			continue // one transaction: yield its outcome only
 		}
 		o.rev = ev.Kv.ModRevision
-		if !o.emit() {
+		if !o.emit(ctx) {
 			return false
 		}
 	}
@@ -292,11 +344,8 @@ func (o *observer) del(key string) {
 }
 
 // emit yields the leader if it changed, or after a gap.
-func (o *observer) emit() bool {
-	var ldr Leader
-	if o.head != nil {
-		ldr = o.e.leaderOf([]*mvccpb.KeyValue{o.head})
-	}
+func (o *observer) emit(ctx context.Context) bool {
+	ldr := o.leader(ctx)
 	if !o.first && !o.gap && ldr == o.last {
 		return true
 	}
@@ -306,12 +355,30 @@ func (o *observer) emit() bool {
 	return o.yield(ldr)
 }
 
-// leaderOf decodes the head of an election's queue.
-func (e *Election) leaderOf(kvs []*mvccpb.KeyValue) Leader {
-	if len(kvs) == 0 {
+// leader is the leader recs name: their head's, or none, with the end of
+// the delay when the head is a lock-delay marker whose record is gone. A
+// marker shares its record's creation revision, so either may be head.
+func (o *observer) leader(ctx context.Context) Leader {
+	if o.head == nil {
 		return Leader{}
 	}
-	kv := kvs[0]
+	rec, ok := markerRecord(string(o.head.Key))
+	if !ok {
+		return o.e.leaderOf(o.head)
+	}
+	if kv := o.recs[rec]; kv != nil && kv.CreateRevision == o.head.CreateRevision {
+		return o.e.leaderOf(kv)
+	}
+	if d := o.delay; d.key != string(o.head.Key) || d.lease != o.head.Lease {
+		// A marker read anew, or moved to a lease of its own when its
+		// countdown started (see expireMarker): read its TTL.
+		o.delay = observedDelay{key: string(o.head.Key), lease: o.head.Lease, until: o.e.c.delayEnd(ctx, o.head)}
+	}
+	return Leader{DelayedUntil: o.delay.until}
+}
+
+// leaderOf decodes the record that heads an election's queue.
+func (e *Election) leaderOf(kv *mvccpb.KeyValue) Leader {
 	_, _, payload, _ := decodeRecord(kv.Value)
 	since, value := decodePayload(payload)
 	return Leader{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}, Since: since, key: string(kv.Key)}

@@ -363,3 +363,88 @@ func TestObserveGap(t *testing.T) {
 	for range seen {
 	}
 }
+
+// A plain Lease with a lock-delay leads an election's name and is force
+// released: for the whole delay nobody leads. Leader returns a
+// *NoLeaderError (matching ErrNoLeader) with the delay's end, Observe
+// reports the end of the vanished term as no leader with that end, and
+// then the next candidate once the delay is over.
+func TestElectionLockDelayNoLeader(t *testing.T) {
+	cl := etcdtest.Start(t)
+	direct := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	const name = "delayed-election"
+	const delay = 3 * time.Second
+	held, err := newClient(t, etcdtest.Client(t, cl)).Acquire(ctx, name, lease.WithLockDelay(delay))
+	require.NoError(t, err)
+	op := newClient(t, direct)
+	e, err := op.Election(name)
+	require.NoError(t, err)
+
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := make(chan lease.Leader, 100)
+	go func() {
+		defer close(seen)
+		for l := range e.Observe(octx) {
+			seen <- l
+		}
+	}()
+	next := func() lease.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-seen:
+			require.True(t, ok, "observer ended")
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing observed")
+			return lease.Leader{}
+		}
+	}
+	first := next()
+	assert.Equal(t, held.Fence(), first.Term, "the lease leads: %+v", first)
+	assert.True(t, first.DelayedUntil.IsZero())
+	for range 20 { // the marker sorts before or after the record: either way the lease leads
+		ldr, err := e.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, held.Fence(), ldr.Term)
+	}
+	w := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "next")
+	waitRecords(t, direct, name, 3)
+
+	_, err = op.ForceRelease(ctx, name, held.Fence().Revision)
+	require.NoError(t, err)
+	released := time.Now()
+	<-held.Done()
+
+	ldr, err := e.Leader(ctx)
+	require.ErrorIs(t, err, lease.ErrNoLeader, "the vanished term leads nothing: got %+v", ldr)
+	var nl *lease.NoLeaderError
+	require.ErrorAs(t, err, &nl)
+	assert.Equal(t, name, nl.Election)
+	assert.WithinRange(t, nl.DelayedUntil, released.Add(delay-time.Second), released.Add(delay+3*time.Second))
+	t.Logf("Leader: %v", err)
+
+	// The record goes first, then ForceRelease moves the marker to a
+	// lease of the delay: Observe may report the delay's end as the
+	// holder's session would have set it, then as moved.
+	ended := next()
+	assert.True(t, ended.IsZero(), "Observe reports the end of the vanished term: %+v", ended)
+	assert.False(t, ended.DelayedUntil.IsZero(), "and the delay: %+v", ended)
+	assert.Less(t, time.Since(released), delay, "reported within the delay")
+	for ended.DelayedUntil.After(released.Add(delay + 3*time.Second)) {
+		ended = next()
+		require.True(t, ended.IsZero(), "nobody leads during the delay: %+v", ended)
+	}
+	assert.WithinRange(t, ended.DelayedUntil, released.Add(delay-time.Second), released.Add(delay+3*time.Second))
+
+	tw := w.term(t, 10*time.Second)
+	assert.GreaterOrEqual(t, time.Since(released), delay)
+	for l := next(); l.Term != tw.Fence() || l.Since.IsZero(); l = next() {
+		assert.True(t, l.IsZero() || l.Term == tw.Fence(), "nobody else leads meanwhile: %+v", l)
+	}
+	require.NoError(t, tw.Resign(ctx))
+	stop()
+	for range seen {
+	}
+}

@@ -277,3 +277,17 @@ func resolveHead(ctx context.Context, kv clientv3.KV, head *mvccpb.KeyValue) (*m
 	}
 	return nil, nil
 }
+
+// delayEnd returns about when the lock-delay of the marker kv, whose
+// record is gone, ends: now plus the TTL etcd reports for its lease (as
+// Inspect's LockState.DelayedUntil), or, if that cannot be read, now plus
+// its delay and delaySlack, the longest its countdown lasts once started.
+func (c *Client) delayEnd(ctx context.Context, kv *mvccpb.KeyValue) time.Time {
+	now := time.Now()
+	ttl, err := c.sessionTTL(ctx, kv.Lease)
+	if err != nil {
+		d, _ := markerDelay(kv.Value)
+		return now.Add(roundUpSeconds(d + delaySlack))
+	}
+	return now.Add(max(ttl, 0))
+}

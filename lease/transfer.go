@@ -89,8 +89,13 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 // higher than this one, however many candidates queued ahead of it.
 //
 // The hand-off has no overlap and no gap. Transfer first reads the queue
-// and refuses a to that is not waiting (never queued, gone, or this
-// leader) with a *NotCandidateError, changing nothing. Otherwise it ends
+// and refuses a to that is not a waiting candidate (never queued, gone,
+// this leader, a read lock or semaphore permit, a member of a set that
+// AcquireAll is taking, a lock-delay marker whose record is gone, or
+// queued behind a record of those kinds) with a *NotCandidateError,
+// changing nothing. That read also scans the keys under the Client's
+// prefix for records sharing to's creation revision (the members of a
+// set do), in the same request. Otherwise it ends
 // the term (Done closes; Err and the Context's cause are ErrTransferred)
 // before it sends anything, and then one transaction, comparing this
 // term's owner token and record version as Release does, deletes the
@@ -113,12 +118,17 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 // the read and the transaction, the term has already ended: Transfer then
 // resigns (the next candidate in line leads) and returns a
 // *NotCandidateError with Resigned set. An error matching ErrNotOwner or
-// ErrNotFound means the term had been lost already. An error matching
-// ErrOutcomeUnknown means no reply came (each try is resent for up to one
-// TTL, as Release's are): the transfer may have applied; if it did not,
-// the Client deletes the term's record in the background, comparing its
-// owner token, so that the next candidate leads. Either way the term has
-// ended. A term that has ended returns its Err at once.
+// ErrNotFound means the term had been lost already, or was lost (its
+// session ended, its record was deleted) before the transaction could
+// apply: to was not admitted by it. An error matching ErrOutcomeUnknown
+// means Transfer cannot tell whether the transfer applied: no reply came
+// (each try is resent for up to one TTL, as Release's are), and if it did
+// not apply the Client deletes the term's record in the background,
+// comparing its owner token, so that the next candidate leads; or a try's
+// reply was lost and the term's record then went while etcd's history,
+// which tells whose delete it was (a resend that finds the record gone
+// reads it), had been compacted away. Either way the term has ended. A
+// term that has ended returns its Err at once.
 func (t *Term) Transfer(ctx context.Context, to Candidate) error {
 	if t == nil {
 		return errNilLease
@@ -172,11 +182,10 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 // when to is not waiting; when this lease's record is not its own any
 // more, the lease is lost.
 func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, error) {
-	resp, err := l.c.etcd.Get(ctx, dirOf(l.key), queueRecords()...)
+	q, members, err := l.c.readSuccessor(ctx, dirOf(l.key), to.Term.Revision)
 	if err != nil {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	q := resp.Kvs
 	own := position(q, l.key, l.rev)
 	var rec []*mvccpb.KeyValue
 	if own >= 0 {
@@ -189,29 +198,117 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 	}
 	l.confirm(st.count, st.payload, st.modRev)
 	l.pending = nil
-	if own != 0 {
+	if own != leaderIndex(q) {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.New("a record no session keeps heads the queue"))
 	}
-	ti := -1
-	for i, kv := range q {
-		if kv.CreateRevision == to.Term.Revision {
-			ti = i
-		}
+	ti, skipped, reason := successor(q, own, to.Term.Revision, members)
+	if reason != "" {
+		return transferPlan{}, l.notCandidate(to, reason, false)
 	}
+	return transferPlan{own: q[own], to: q[ti], skipped: skipped}, nil
+}
+
+// readSuccessor reads, in one transaction, the queue of the election whose
+// directory is dir and, when rev is a revision, every key under the prefix
+// created at rev: a set's records (AcquireAll) share their creation
+// revision, so a candidate's record is the only record among them.
+func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, members []*mvccpb.KeyValue, err error) {
+	ops := []clientv3.Op{clientv3.OpGet(dir, queueRecords()...)}
+	if rev > 0 {
+		ops = append(ops, clientv3.OpGet(c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev)))
+	}
+	resp, err := c.etcd.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, nil, err
+	}
+	q = resp.Responses[0].GetResponseRange().Kvs
+	if rev > 0 {
+		members = resp.Responses[1].GetResponseRange().Kvs
+	}
+	return q, members, nil
+}
+
+// leaderIndex returns the index in an election's queue q (in creation
+// order) of its head's record: 0, or 1 when a lock-delay marker sorts
+// ahead of the record it belongs to (they share a creation revision).
+func leaderIndex(q []*mvccpb.KeyValue) int {
+	if len(q) > 1 && q[0].CreateRevision == q[1].CreateRevision && isMarker(string(q[0].Key)) {
+		return 1
+	}
+	return 0
+}
+
+// successor judges, for Transfer and RequestTransfer alike, the candidate
+// whose term is rev in an election's queue q (in creation order), led by
+// the record at lead: it returns the index of the candidate's record and
+// the records a transfer passes over, or the reason why rev names no
+// waiting candidate that a transfer could admit. members is what
+// readSuccessor read at rev. A candidate is an exclusive record, kept by
+// a session, of no set, behind the leader, and at most MaxTransferSkip
+// candidates, and nothing else, queue between the two (the leader's and
+// the candidate's own lock-delay markers aside).
+func successor(q []*mvccpb.KeyValue, lead int, rev int64, members []*mvccpb.KeyValue) (int, []*mvccpb.KeyValue, string) {
+	ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev && !isMarker(string(kv.Key)) })
 	switch {
-	case ti == 0:
-		return transferPlan{}, l.notCandidate(to, "it is the leader", false)
-	case ti < 0:
-		return transferPlan{}, l.notCandidate(to, "no such candidate waits", false)
-	case ti-1 > MaxTransferSkip:
-		return transferPlan{}, l.notCandidate(to, fmt.Sprintf("%d candidates queue ahead of it, more than %d", ti-1, MaxTransferSkip), false)
+	case ti == lead:
+		return -1, nil, "it is the leader"
+	case ti < 0 && rev > 0 && slices.ContainsFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev }):
+		return -1, nil, "a lock-delay marker whose record is gone: nobody waits there"
+	case ti < lead:
+		return -1, nil, "no such candidate waits"
 	}
-	for _, kv := range q[1 : ti+1] {
+	if reason := whyNoCandidate(q[ti], members); reason != "" {
+		return -1, nil, reason
+	}
+	skipped, reason := passedOver(q, lead, ti)
+	if reason != "" {
+		return -1, nil, reason
+	}
+	return ti, skipped, ""
+}
+
+// passedOver returns the candidates that a transfer from the leader at
+// lead to the candidate at ti passes over, or why it cannot.
+func passedOver(q []*mvccpb.KeyValue, lead, ti int) ([]*mvccpb.KeyValue, string) {
+	var skipped []*mvccpb.KeyValue
+	for _, kv := range q[lead+1 : ti] {
+		if kv.CreateRevision == q[ti].CreateRevision || kv.CreateRevision == q[lead].CreateRevision {
+			continue // the candidate's or the leader's own marker
+		}
 		if k, ok := kindOf(string(kv.Key)); !ok || k != exclusive || kv.Lease == 0 {
-			return transferPlan{}, l.notCandidate(to, fmt.Sprintf("the record %s is no candidate's", kv.Key), false)
+			return nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
+		}
+		skipped = append(skipped, kv)
+	}
+	if len(skipped) > MaxTransferSkip {
+		return nil, fmt.Sprintf("%d candidates queue ahead of it, more than %d", len(skipped), MaxTransferSkip)
+	}
+	return skipped, ""
+}
+
+// whyNoCandidate returns why the record kv, which waits in an election's
+// queue, is no candidate's, or "" if it is one. members are the keys
+// created at its revision (see readSuccessor).
+func whyNoCandidate(kv *mvccpb.KeyValue, members []*mvccpb.KeyValue) string {
+	k, ok := kindOf(string(kv.Key))
+	switch {
+	case !ok:
+		return fmt.Sprintf("the record %s is no fencekit record", kv.Key)
+	case k != exclusive:
+		return fmt.Sprintf("a %s, not a candidate", k)
+	case kv.Lease == 0:
+		return "its record is kept by no session"
+	}
+	dir := dirOf(string(kv.Key))
+	for _, m := range members {
+		if key := string(m.Key); dirOf(key) != dir && !isMarker(key) {
+			if _, ok := kindOf(key); ok {
+				return "a member of a set (AcquireAll), not a candidate"
+			}
 		}
 	}
-	return transferPlan{own: q[0], to: q[ti], skipped: q[1:ti]}, nil
+	return ""
 }
 
 // txn is the plan's transaction: if the term's record is as read, to's
@@ -284,12 +381,22 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 	}
 	q := resp.Kvs
 	own := position(q, l.key, l.rev)
+	if own < 0 && unknownBefore {
+		// An earlier try, whose reply was lost, may have deleted the
+		// record, or something else did (its session ended): only that
+		// try's doing is a transfer.
+		applied, err := l.transferApplied(ctx, p)
+		switch {
+		case err != nil:
+			l.c.recs.forget(l, true)
+			l.c.met.result(opTransfer, "unknown").Inc()
+			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", rpcError(err))))
+		case applied:
+			l.c.recs.forget(l, true)
+			return p, true, nil
+		}
+	}
 	switch {
-	case own < 0 && unknownBefore:
-		// An earlier try, whose reply was lost, applied (or the record
-		// went otherwise): either way the term is over, as asked.
-		l.c.recs.forget(l, true)
-		return p, true, nil
 	case own < 0 || !ownedBy(q[own].Value, l.owner.Value()):
 		cause := ErrNotFound
 		if len(q) > 0 {
@@ -300,18 +407,45 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		return p, true, opErr(opTransfer.String(), l.name, cause)
 	}
 	p.own = q[own]
-	ti := -1
-	for i, kv := range q {
-		if kv.CreateRevision == to.Term.Revision {
-			ti = i
-		}
+	ti, skipped, reason := successor(q, own, to.Term.Revision, nil)
+	if reason == "" && attempt >= maxAttempts {
+		reason = "the queue kept changing"
 	}
-	if ti <= own || ti-own-1 > MaxTransferSkip || attempt >= maxAttempts {
+	if reason != "" {
 		l.giveUpTerm(p)
-		return p, true, l.notCandidate(to, "it left the queue", true)
+		return p, true, l.notCandidate(to, reason, true)
 	}
-	p.to, p.skipped = q[ti], q[own+1:ti]
+	p.to, p.skipped = q[ti], skipped
 	return p, false, nil
+}
+
+// transferApplied finds out, from etcd's history, whether a try of the
+// plan p deleted the term's record, which is gone: the first change of
+// the record after the version p compared is its delete, and that delete
+// shares its revision with the put of the successor's admit note only if
+// it was this transfer's. It fails when that history was compacted away
+// or cannot be read.
+func (l *Lease) transferApplied(ctx context.Context, p transferPlan) (bool, error) {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), l.sess.ttl)
+	defer cancel()
+	for resp := range l.c.etcd.Watch(wctx, l.key, clientv3.WithRev(p.own.ModRevision+1)) {
+		if err := resp.Err(); err != nil {
+			return false, err
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		ev := resp.Events[0]
+		if ev.Type != mvccpb.DELETE {
+			return false, nil // changed first, so no try compared true
+		}
+		note, err := l.c.etcd.Get(wctx, askKey(l.c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), clientv3.WithRev(ev.Kv.ModRevision))
+		if err != nil {
+			return false, err
+		}
+		return len(note.Kvs) == 1 && note.Kvs[0].ModRevision == ev.Kv.ModRevision, nil
+	}
+	return false, errors.Join(errNoReply, wctx.Err())
 }
 
 // giveUpTerm deletes the record of a term that ended for a transfer that
@@ -370,8 +504,10 @@ func (c *Client) skipped(ctx context.Context, w *waiter) bool {
 // request is written only if term still leads and to still waits, in one
 // transaction comparing both records' creation revisions; otherwise it
 // writes nothing and returns a *NotHolderError (term does not lead) or a
-// *NotCandidateError (to does not wait). Any other error means the
-// outcome is unknown; asking again is harmless.
+// *NotCandidateError (to is no waiting candidate, judged as Term.Transfer
+// judges it, so that a read lock, a set member or a lock-delay marker is
+// refused). Any other error means the outcome is unknown; asking again is
+// harmless.
 //
 // The leader hears it within the time an etcd watch event takes: its
 // Term.ReleaseRequested closes and Term.TransferRequested names to.
@@ -385,32 +521,31 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 	if term <= 0 {
 		return fmt.Errorf("lease: request transfer %q: term %d is not positive", e.name, term)
 	}
+	if to.Term.Lock != e.name {
+		return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
+	}
 	for range maxAttempts {
-		resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+		q, members, err := e.c.readSuccessor(ctx, lockDir(e.c.cfg.prefix, e.name), to.Term.Revision)
 		if err != nil {
 			return opErr("request transfer", e.name, errors.Join(rpcError(err), ctx.Err()))
 		}
-		q := resp.Kvs
+		lead := leaderIndex(q)
 		switch {
-		case len(q) == 0:
+		case len(q) == 0, isMarker(string(q[lead].Key)):
+			// Nobody leads: the queue is empty, or waits out a lock-delay.
 			return &NotHolderError{Lock: e.name, Revision: term}
-		case q[0].CreateRevision != term:
-			return &NotHolderError{Lock: e.name, Revision: term, Holder: q[0].CreateRevision}
-		case q[0].Lease == 0:
+		case q[lead].CreateRevision != term:
+			return &NotHolderError{Lock: e.name, Revision: term, Holder: q[lead].CreateRevision}
+		case q[lead].Lease == 0:
 			return opErr("request transfer", e.name, errors.New("the leader's record is kept by no session, so no Client can hear the request"))
 		}
-		ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == to.Term.Revision })
-		switch {
-		case to.Term.Lock != e.name:
-			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
-		case ti == 0:
-			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "it is the leader"}
-		case ti < 0:
-			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: "no such candidate waits"}
+		ti, _, reason := successor(q, lead, to.Term.Revision, members)
+		if reason != "" {
+			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: reason}
 		}
-		head := string(q[0].Key)
+		head := string(q[lead].Key)
 		put := clientv3.OpPut(askKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
-			clientv3.WithLease(clientv3.LeaseID(q[0].Lease)))
+			clientv3.WithLease(clientv3.LeaseID(q[lead].Lease)))
 		tr, err := e.c.etcd.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(head), "=", term),
 			clientv3.Compare(clientv3.CreateRevision(string(q[ti].Key)), "=", to.Term.Revision),

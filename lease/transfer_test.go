@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/stretchr/testify/assert"
@@ -227,7 +229,8 @@ func TestRunTransfers(t *testing.T) {
 }
 
 // lossyKV drops the replies (or the requests) of the next transactions
-// it is armed for: a transfer whose reply is lost.
+// it is armed for (transactions that only read go through): a transfer
+// whose reply is lost.
 type lossyKV struct {
 	clientv3.KV
 	drop    atomic.Int32 // transactions left to lose
@@ -238,14 +241,32 @@ func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn { return &lossyTxn{Txn: 
 
 type lossyTxn struct {
 	clientv3.Txn
-	kv *lossyKV
+	kv     *lossyKV
+	writes bool
 }
 
-func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.writes = t.writes || writes(ops)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
 func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
 
+// writes reports whether ops write anything.
+func writes(ops []clientv3.Op) bool {
+	for _, op := range ops {
+		if op.IsPut() || op.IsDelete() {
+			return true
+		}
+	}
+	return false
+}
+
 func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.writes {
+		return t.Txn.Commit()
+	}
 	if t.kv.drop.Add(-1) < 0 {
 		t.kv.drop.Store(0)
 		return t.Txn.Commit()
@@ -259,8 +280,8 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 }
 
 // A Transfer whose reply is lost resends its transaction; the resend
-// finds the term's record gone and returns nil: the chosen candidate
-// leads. One whose requests are all lost returns an error matching
+// finds the term's record gone and, from its history, that its own lost
+// try deleted it, and returns nil: the chosen candidate leads. One whose requests are all lost returns an error matching
 // ErrOutcomeUnknown, with the term ended; its record is then deleted in
 // the background, and the candidate next in line leads with a higher
 // term.
@@ -397,4 +418,213 @@ func TestRequestTransfer(t *testing.T) {
 	tb := b.term(t, 5*time.Second)
 	assert.Equal(t, cands[0].Term, tb.Fence())
 	require.NoError(t, tb.Resign(ctx))
+}
+
+// RequestTransfer, like Transfer, refuses a successor that is no waiting
+// candidate of the election: a set member (AcquireAll) queued behind the
+// leader, a read lock, and a lock-delay marker whose record has gone
+// (a waiter with WithLockDelay whose session was revoked). Each is a
+// *NotCandidateError; nothing is written, and the term goes on.
+func TestRequestTransferRefusesNonCandidates(t *testing.T) {
+	cl := etcdtest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	direct := etcdtest.Client(t, cl)
+	const name = "not-candidates"
+	c1 := newClient(t, etcdtest.Client(t, cl))
+	op := newClient(t, etcdtest.Client(t, cl))
+	e1, err := c1.Election(name)
+	require.NoError(t, err)
+	eop, err := op.Election(name)
+	require.NoError(t, err)
+	term, err := e1.Campaign(ctx, "leader")
+	require.NoError(t, err)
+
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	waiting := make(chan error, 3)
+	go func() {
+		_, err := newClient(t, etcdtest.Client(t, cl)).AcquireAll(wctx, name, name+"-other")
+		waiting <- err
+	}()
+	waitRecords(t, direct, name, 2)
+	rw, err := newClient(t, etcdtest.Client(t, cl)).RWMutex(name)
+	require.NoError(t, err)
+	go func() {
+		_, err := rw.RLock(wctx)
+		waiting <- err
+	}()
+	waitRecords(t, direct, name, 3)
+	// A waiter with a lock-delay whose process is cut off when its
+	// session ends: its marker stays for the delay, its record is gone.
+	px, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { px.Close() })
+	delayed := newClient(t, etcdtest.Client(t, cl, px.URL()))
+	go func() {
+		_, err := delayed.Acquire(wctx, name, lease.WithLockDelay(5*time.Second))
+		waiting <- err
+	}()
+	waitRecords(t, direct, name, 5) // its record and its marker
+	st, err := op.Inspect(ctx, name)
+	require.NoError(t, err)
+	require.Len(t, st.Waiters, 3)
+	setMember, reader, delayedRec := st.Waiters[0], st.Waiters[1], st.Waiters[2]
+	require.Equal(t, "read", reader.Kind)
+	px.Blackhole()
+	_, err = direct.Revoke(ctx, clientv3.LeaseID(delayedRec.Session))
+	require.NoError(t, err)
+	waitRecords(t, direct, name, 4) // its marker stays, on its own lease
+	marker := delayedRec.Fence
+
+	before := snapshot(t, direct)
+	tos := []struct {
+		what string
+		to   fence.Token
+	}{{"read lock", reader.Fence}, {"lock-delay marker", marker}, {"set member", setMember.Fence}}
+	for _, tc := range tos {
+		var nc *lease.NotCandidateError
+		err := eop.RequestTransfer(ctx, term.Fence().Revision, lease.Candidate{Term: tc.to})
+		if assert.ErrorAs(t, err, &nc, "request to a %s", tc.what) {
+			assert.Equal(t, tc.to.Revision, nc.Revision)
+		}
+	}
+	assert.Equal(t, before, snapshot(t, direct), "a refused request wrote nothing")
+	for _, tc := range tos {
+		var nc *lease.NotCandidateError
+		err := term.Transfer(ctx, lease.Candidate{Term: tc.to})
+		if assert.ErrorAs(t, err, &nc, "transfer to a %s", tc.what) {
+			assert.False(t, nc.Resigned)
+		}
+		require.NoError(t, term.Err(), "the term goes on")
+	}
+	assert.Equal(t, before, snapshot(t, direct), "a refused request wrote nothing")
+	select {
+	case <-term.ReleaseRequested():
+		t.Fatal("the leader was asked")
+	default:
+	}
+	wcancel()
+	for range 3 {
+		assert.Error(t, <-waiting)
+	}
+	px.Resume()
+	px.ResetConns()
+	require.NoError(t, term.Resign(ctx))
+}
+
+// cutKV cuts its Client's link (cut) just before it sends the first
+// transaction that writes once armed: the transaction goes into the cut
+// link.
+type cutKV struct {
+	clientv3.KV
+	cut   func()
+	armed atomic.Bool
+	done  chan struct{} // closed once cut
+	tries atomic.Int32  // transactions that write sent since the cut
+}
+
+func (k *cutKV) Txn(ctx context.Context) clientv3.Txn { return &cutTxn{Txn: k.KV.Txn(ctx), kv: k} }
+
+type cutTxn struct {
+	clientv3.Txn
+	kv     *cutKV
+	writes bool
+}
+
+func (t *cutTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *cutTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.writes = t.writes || writes(ops)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+func (t *cutTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *cutTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.writes && t.kv.armed.CompareAndSwap(true, false) {
+		t.kv.cut()
+		close(t.kv.done)
+	}
+	if t.writes && closed(t.kv.done) {
+		t.kv.tries.Add(1)
+	}
+	return t.Txn.Commit()
+}
+
+// The leader's link is cut as its term ends (its transfer's transaction
+// goes into the cut), its session is revoked, the next in line (a) leads,
+// then the link heals: the transfer never applied, and Transfer must not
+// report that it did while the chosen candidate (b) still waits. With
+// etcd's history at hand it finds out: the term was lost (ErrNotOwner:
+// a leads). With that history compacted it cannot tell: the outcome is
+// unknown.
+func TestTransferLinkCutAsTermEnds(t *testing.T) {
+	for _, compacted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compacted=%v", compacted), func(t *testing.T) {
+			cl := etcdtest.Start(t)
+			ctx := ctxT(t, 60*time.Second)
+			direct := etcdtest.Client(t, cl)
+			const name = "cut-handoff"
+			p, err := faultproxy.New(strings.TrimPrefix(cl.Members[0].ClientURL, "http://"))
+			require.NoError(t, err)
+			t.Cleanup(func() { p.Close() })
+			cli := etcdtest.Client(t, cl, p.URL())
+			kv := &cutKV{KV: cli.KV, cut: p.Pause, done: make(chan struct{})}
+			cli.KV = kv
+			leader := newClient(t, cli, lease.WithTTL(3*time.Second))
+			e, err := leader.Election(name)
+			require.NoError(t, err)
+			term, err := e.Campaign(ctx, "leader")
+			require.NoError(t, err)
+			a := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "a")
+			waitRecords(t, direct, name, 2)
+			b := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "b")
+			waitRecords(t, direct, name, 3)
+			cands, err := e.Candidates(ctx)
+			require.NoError(t, err)
+			require.Len(t, cands, 2)
+			st, err := newClient(t, direct).Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, term.Fence(), st.Holder.Fence)
+
+			kv.armed.Store(true)
+			got := make(chan error, 1)
+			go func() { got <- term.Transfer(ctx, cands[1]) }()
+			<-kv.done
+			_, err = direct.Revoke(ctx, clientv3.LeaseID(st.Holder.Session))
+			require.NoError(t, err)
+			ta := a.term(t, 10*time.Second)
+			// The first try is lost: the link heals under a resend.
+			require.Eventually(t, func() bool { return kv.tries.Load() >= 2 }, 5*time.Second, time.Millisecond)
+			if compacted {
+				resp, err := direct.Get(ctx, "probe")
+				require.NoError(t, err)
+				_, err = direct.Compact(ctx, resp.Header.Revision)
+				require.NoError(t, err)
+			}
+			p.Resume()
+
+			var terr error
+			select {
+			case terr = <-got:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Transfer did not return")
+			}
+			t.Logf("Transfer: %v", terr)
+			require.Error(t, terr, "the transfer never applied: b still waits")
+			if compacted {
+				assert.ErrorIs(t, terr, lease.ErrOutcomeUnknown)
+			} else {
+				assert.ErrorIs(t, terr, lease.ErrNotOwner)
+				assert.NotErrorIs(t, terr, lease.ErrOutcomeUnknown)
+			}
+			assert.True(t, closed(term.Done()))
+			b.notLeading(t)
+			cands, err = e.Candidates(ctx)
+			require.NoError(t, err)
+			require.Len(t, cands, 1)
+			assert.Equal(t, "b", cands[0].Value)
+			require.NoError(t, ta.Resign(ctx))
+			require.NoError(t, b.term(t, 5*time.Second).Resign(ctx))
+		})
+	}
 }

@@ -119,7 +119,8 @@
 // is lost, exit 79), with the term's FENCING_TOKEN and FENCEKIT_ELECTION;
 // it resigns when the command exits. observe prints the leader and every
 // change of it until interrupted (exit 0); leader prints the current one,
-// or exits 1 when nobody leads. transfer asks the leader to hand its term
+// or exits 1 when nobody leads, saying "no leader, lock-delay until ~T"
+// while a vanished leader's lock-delay runs (as observe does). transfer asks the leader to hand its term
 // to a waiting candidate, named by its fence (--to) or by the value it
 // published (--to-value, refused unless unique): the leader's elect sends
 // its command SIGTERM and, once it exits, transfers the term

@@ -39,7 +39,10 @@ const observeHelp = `Print the leader of election NAME, then every change of lea
 the value it publishes) in the order etcd applied them, until interrupted
 (SIGINT or SIGTERM: exit 0). Each line gives when the leader took office by
 its own clock ("since", "-" until it published that), its term's fence and
-the value it published; "no leader" when nobody leads. After a gap in what
+the value it published; "no leader" when nobody leads, "no leader, lock-delay
+until ~T" (JSON: delayed_until) when a leader that held the name with a
+lock-delay ("run --lock-delay") vanished without releasing and nobody may
+lead until about T. After a gap in what
 etcd still had (its history compacted while the link was cut), the next line
 says "gap": leaders between the two lines may be missing.
 
@@ -47,10 +50,12 @@ Exit codes: 0 interrupted; 64 usage error; 69 connection error (etcd
 unreachable within --dial-timeout at the start; later, the watch retries).`
 
 const leaderHelp = `Print the leader of election NAME: its fence, since (by its own clock) and
-value.
+value. When nobody leads it says so on stderr: "has no leader", or "has no
+leader, lock-delay until ~T" (JSON: delayed_until) while the election waits
+out the lock-delay of a leader that vanished without releasing.
 
-Exit codes: 0 a leader was printed; 1 nobody leads; 64 usage error; 69
-connection error.`
+Exit codes: 0 a leader was printed; 1 nobody leads (also during a
+lock-delay); 64 usage error; 69 connection error.`
 
 func cmdElect(args []string, e *Env) int {
 	f := runFlags{cmd: "elect"}
@@ -168,12 +173,18 @@ type leaderJSON struct {
 	Since        time.Time `json:"since,omitzero"`
 	Value        string    `json:"value"`
 	Gap          bool      `json:"gap,omitempty"`
+	// DelayedUntil is set, with no leader, while the election waits out
+	// a lock-delay.
+	DelayedUntil *time.Time `json:"delayed_until,omitempty"`
 }
 
 func toLeaderJSON(name string, l lease.Leader) leaderJSON {
 	j := leaderJSON{Election: name, Leader: !l.IsZero(), Since: l.Since, Value: l.Value, Gap: l.Gap}
 	if !l.IsZero() {
 		j.Fence, j.FencingToken = l.Term.Revision, l.Term.String()
+	}
+	if !l.DelayedUntil.IsZero() {
+		j.DelayedUntil = &l.DelayedUntil
 	}
 	return j
 }
@@ -185,13 +196,22 @@ func leaderText(l lease.Leader) string {
 		gap = "gap (leaders may be missing before this one); "
 	}
 	if l.IsZero() {
-		return gap + "no leader"
+		return gap + noLeaderText(l.DelayedUntil)
 	}
 	since := "-"
 	if !l.Since.IsZero() {
 		since = l.Since.UTC().Format(time.RFC3339Nano)
 	}
 	return fmt.Sprintf("%sfence %d since %s value %q", gap, l.Term.Revision, since, l.Value)
+}
+
+// noLeaderText says that nobody leads, and, if until is set, that the
+// election waits out a lock-delay until about then.
+func noLeaderText(until time.Time) string {
+	if until.IsZero() {
+		return "no leader"
+	}
+	return "no leader, lock-delay until ~" + until.UTC().Format(time.RFC3339)
 }
 
 // electionFlags parses the flags and the one NAME of observe and leader.
@@ -277,11 +297,12 @@ func cmdLeader(args []string, e *Env) int {
 	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
 	defer cancel()
 	l, err := el.Leader(ctx)
+	var none *lease.NoLeaderError
 	switch {
-	case errors.Is(err, lease.ErrNoLeader):
-		fmt.Fprintf(e.Stderr, "fencekit leader: election %q has no leader\n", name)
+	case errors.As(err, &none):
+		fmt.Fprintf(e.Stderr, "fencekit leader: election %q has %s\n", name, noLeaderText(none.DelayedUntil))
 		if asJSON {
-			return writeJSONCode(e, "leader", toLeaderJSON(name, lease.Leader{}), ExitRefused)
+			return writeJSONCode(e, "leader", toLeaderJSON(name, lease.Leader{DelayedUntil: none.DelayedUntil}), ExitRefused)
 		}
 		return ExitRefused
 	case err != nil:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestElectLeader: elect runs its command while leading, with the term's
@@ -266,4 +268,111 @@ func fkCode(t *testing.T, env []string, args ...string) int {
 	t.Helper()
 	code, _, _ := fk(t, env, args...)
 	return code
+}
+
+// TestTransferToReaderRefused: "transfer --to" naming a read lock that
+// waits behind the leader run by elect is refused (exit 1, "nothing
+// asked"): nothing is written, the leader's command runs on, and the
+// candidate behind the reader does not lead.
+func TestTransferToReaderRefused(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	dir := t.TempDir()
+	elect := func(value string) (*proc, string) {
+		out := filepath.Join(dir, value)
+		return start(t, append(append([]string{}, env...), childEnv("loop", out)...), "elect", "--ttl", "2s", "sched", value, "--", testExe(t)), out
+	}
+	a, outA := elect("pod-a")
+	waitEvent(t, outA, "start", 20*time.Second)
+	rw, err := newLocks(t, cl).RWMutex("sched")
+	require.NoError(t, err)
+	rctx, rcancel := context.WithCancel(context.Background())
+	defer rcancel()
+	reading := make(chan error, 1)
+	go func() {
+		_, err := rw.RLock(rctx)
+		reading <- err
+	}()
+	waitQueue(t, cl, "sched", 2)
+	b, outB := elect("pod-b")
+	waitQueue(t, cl, "sched", 3)
+	st, err := newLocks(t, cl).Inspect(ctxT(t, 5*time.Second), "sched")
+	require.NoError(t, err)
+	reader := st.Waiters[0]
+	require.Equal(t, "read", reader.Kind)
+
+	direct := etcdtest.Client(t, cl)
+	before, err := direct.Get(ctxT(t, 5*time.Second), "", clientv3.WithPrefix())
+	require.NoError(t, err)
+	code, _, errOut := fk(t, env, "transfer", "--to", strconv.FormatInt(reader.Fence.Revision, 10), "sched")
+	assert.Equal(t, ExitRefused, code, errOut)
+	requireOneLine(t, errOut, "nothing asked")
+	after, err := direct.Get(ctxT(t, 5*time.Second), "", clientv3.WithPrefix())
+	require.NoError(t, err)
+	assert.Equal(t, before.Header.Revision, after.Header.Revision, "nothing written")
+
+	code, stdout, errOut := fk(t, env, "leader", "sched")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, stdout, `value "pod-a"`)
+	for _, ev := range readEvents(t, outA) {
+		assert.NotEqual(t, "term", ev.name, "the leader's command was stopped")
+	}
+	_, err = os.Stat(outB)
+	assert.True(t, os.IsNotExist(err), "pod-b never led")
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 143, a.wait(t, 10*time.Second), a.stderr.String())
+	rcancel()
+	<-reading
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	b.wait(t, 10*time.Second)
+}
+
+// TestLeaderLockDelay: a lease run with --lock-delay on an election's
+// name, force released: during the delay "leader" says nobody leads and
+// when the delay ends (exit 1; JSON: delayed_until), "observe" says so,
+// and "status" shows the delay.
+func TestLeaderLockDelay(t *testing.T) {
+	cl := etcdtest.Start(t)
+	env := endpointsEnv(cl)
+	out := filepath.Join(t.TempDir(), "out")
+	obs := start(t, env, "observe", "--json", "dl")
+	p := start(t, append(append([]string{}, env...), childEnv("loop", out)...), "run", "--lock-delay", "8s", "dl", "--", testExe(t))
+	ev := waitEvent(t, out, "start", 20*time.Second)
+	rev := strings.SplitN(ev.token, ":", 2)[0]
+	code, stdout, errOut := fk(t, env, "leader", "dl")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, stdout, "fence "+rev)
+	code, _, errOut = fk(t, env, "release", "--fence", rev, "dl")
+	require.Equal(t, 0, code, errOut)
+	released := time.Now()
+
+	code, stdout, errOut = fk(t, env, "leader", "dl")
+	assert.Equal(t, ExitRefused, code, "stdout %q stderr %q", stdout, errOut)
+	assert.Empty(t, stdout)
+	requireOneLine(t, errOut, `election "dl" has no leader, lock-delay until ~`)
+	code, stdout, _ = fk(t, env, "leader", "--json", "dl")
+	assert.Equal(t, ExitRefused, code)
+	var j leaderJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &j), stdout)
+	assert.False(t, j.Leader)
+	if assert.NotNil(t, j.DelayedUntil) {
+		assert.True(t, j.DelayedUntil.After(released), "delayed until %v", j.DelayedUntil)
+	}
+	code, table, errOut := fk(t, env, "status", "dl")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, table, "lock-delay until ~")
+	require.Eventually(t, func() bool {
+		for _, line := range strings.Split(obs.stdout.String(), "\n") {
+			var l leaderJSON
+			if json.Unmarshal([]byte(line), &l) == nil && !l.Leader && l.DelayedUntil != nil {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "observe printed:\n%s", obs.stdout.String())
+	t.Logf("checked within %v of the force release (lock-delay 8s)", time.Since(released))
+	require.Equal(t, ExitLost, p.wait(t, 10*time.Second))
+	require.NoError(t, obs.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, 0, obs.wait(t, 10*time.Second), obs.stderr.String())
 }

@@ -26,7 +26,8 @@ A program using lease.Election.Run transfers at once, cancelling its
 function's context with lease.ErrTransferred.
 
 Exit codes: 0 asked; 1 refused (--fence is not the leader's, nobody
-leads, or the candidate is not waiting or not unique; nothing was asked);
+leads, or the candidate is not waiting or not unique, or is no candidate:
+a read lock, a set member, a lock-delay marker; nothing was asked);
 64 usage error; 69 connection error or outcome unknown (running it again is
 safe).`
 
