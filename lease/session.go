@@ -228,6 +228,9 @@ func (c *Client) keepAlive(s *session) {
 			t.Reset(max(interval/4, 20*time.Millisecond))
 		default:
 			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.margin))
+			c.log.Debug("lease session renewed", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
+				slog.Time("sent", sent), slog.Time("valid_until", s.until()),
+				slog.String("member", strconv.FormatUint(resp.MemberId, 16)), slog.Uint64("raft_term", resp.RaftTerm))
 			t.Reset(interval)
 		}
 		c.recs.deleteOrphans(s)

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,7 +21,11 @@ const compactFillers = 8
 // from a revision that is gone: etcd cancels it as compacted, and the
 // holder's client must find out what it missed (the record's deletion)
 // some other way. cli must not be behind proxies. Inject returns
-// ErrNoTarget, with the links restored, when nobody holds the lock.
+// ErrNoTarget, with the links restored, when nobody holds the lock. Once
+// the record is deleted the lock has been taken away: a later failure (the
+// writes or the compaction) returns an error matching ErrPartial, with
+// the links still cut until Heal. A delete whose reply never came returns
+// an error matching ErrOutcomeUnknown, with the links restored.
 //
 // The writes go to ScratchKey, deleted again before compacting. Compaction is for the whole
 // cluster: every watcher that is behind loses its watch too.
@@ -37,7 +42,7 @@ func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) 
 			return err
 		}
 		defer func() {
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrPartial) {
 				_ = heal(ctx)
 			}
 		}()
@@ -45,25 +50,36 @@ func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) 
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(clientv3.OpDelete(key)).Commit()
 		if err != nil {
-			return fmt.Errorf("faults: delete holder's record: %w", err)
+			return fmt.Errorf("%w: delete holder's record: %w", ErrOutcomeUnknown, err)
 		}
 		if !resp.Succeeded {
 			return ErrNoTarget // released or replaced meanwhile
 		}
-		for i := range compactFillers {
-			if _, err := cli.Put(ctx, ScratchKey, fmt.Sprint(i)); err != nil {
-				return fmt.Errorf("faults: write before compacting: %w", err)
-			}
-		}
-		del, err := cli.Delete(ctx, ScratchKey)
-		if err != nil {
-			return fmt.Errorf("faults: write before compacting: %w", err)
-		}
-		if _, err := cli.Compact(ctx, del.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-			return fmt.Errorf("faults: compact: %w", err)
+		// The lock is taken away: from here on a failure leaves the
+		// links cut, for the caller to hold and heal.
+		if err := compactAfter(ctx, cli); err != nil {
+			return fmt.Errorf("%w: the holder's record was deleted: %w", ErrPartial, err)
 		}
 		return nil
 	}}
+}
+
+// compactAfter writes ScratchKey a few times, deletes it, and compacts the
+// history up to that delete.
+func compactAfter(ctx context.Context, cli *clientv3.Client) error {
+	for i := range compactFillers {
+		if _, err := cli.Put(ctx, ScratchKey, fmt.Sprint(i)); err != nil {
+			return fmt.Errorf("faults: write before compacting: %w", err)
+		}
+	}
+	del, err := cli.Delete(ctx, ScratchKey)
+	if err != nil {
+		return fmt.Errorf("faults: write before compacting: %w", err)
+	}
+	if _, err := cli.Compact(ctx, del.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Errorf("faults: compact: %w", err)
+	}
+	return nil
 }
 
 // ScratchKey is the etcd key CompactedWatch writes and deletes before

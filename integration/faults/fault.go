@@ -12,6 +12,19 @@ import (
 // injection should not be counted.
 var ErrNoTarget = errors.New("faults: nothing to inject into")
 
+// ErrPartial reports that a fault's injection failed after it had taken
+// effect in part: what it did stands (a record deleted, links cut), the
+// fault counts as injected, and Heal must still be called to undo what can
+// be undone. CompactedWatch returns it when the holder's record is gone
+// but the compaction failed.
+var ErrPartial = errors.New("faults: injected in part")
+
+// ErrOutcomeUnknown reports that a fault's injection failed in a way that
+// leaves its effect unknown: a delete or revoke whose reply never came
+// may have applied. It should not be counted, but whoever judges what
+// happened meanwhile must allow that it took effect. Heal may be called.
+var ErrOutcomeUnknown = errors.New("faults: injection's outcome unknown")
+
 // The kinds of the faults in this package, as Fault.Kind returns them.
 const (
 	KindPause       = "pause"        // a holder process stopped with SIGSTOP
@@ -53,10 +66,15 @@ type Fault interface {
 // Apply injects f, keeps it for hold (or until ctx ends), and heals it. Heal
 // runs even when ctx has ended, with a context of its own bounded by
 // healTimeout. It returns the errors of Inject and Heal joined; when Inject
-// fails, f is not held and Heal is not called.
+// fails, f is not held and Heal is not called, unless the error matches
+// ErrPartial: the fault took effect, and is held and healed as usual.
 func Apply(ctx context.Context, f Fault, hold time.Duration) error {
-	if err := f.Inject(ctx); err != nil {
-		return fmt.Errorf("%s: inject: %w", f.Kind(), err)
+	ierr := f.Inject(ctx)
+	if ierr != nil && !errors.Is(ierr, ErrPartial) {
+		return fmt.Errorf("%s: inject: %w", f.Kind(), ierr)
+	}
+	if ierr != nil {
+		ierr = fmt.Errorf("%s: inject: %w", f.Kind(), ierr)
 	}
 	t := time.NewTimer(hold)
 	select {
@@ -67,9 +85,9 @@ func Apply(ctx context.Context, f Fault, hold time.Duration) error {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healTimeout)
 	defer cancel()
 	if err := f.Heal(hctx); err != nil {
-		return fmt.Errorf("%s: heal: %w", f.Kind(), err)
+		return errors.Join(ierr, fmt.Errorf("%s: heal: %w", f.Kind(), err))
 	}
-	return nil
+	return ierr
 }
 
 // healTimeout bounds the Heal that Apply runs.

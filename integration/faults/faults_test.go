@@ -425,3 +425,65 @@ func TestSignalFaults(t *testing.T) {
 		t.Errorf("SigstopLeader of no members: %v, want ErrNoTarget", err)
 	}
 }
+
+// scratchRefusingKV fails every write of faults.ScratchKey, as a leader
+// failure in the middle of CompactedWatch's injection would.
+type scratchRefusingKV struct{ clientv3.KV }
+
+func (kv scratchRefusingKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	if key == faults.ScratchKey {
+		return nil, errors.New("etcdserver: request timed out, possibly due to previous leader failure")
+	}
+	return kv.KV.Put(ctx, key, val, opts...)
+}
+
+// A CompactedWatch whose compaction fails after it deleted the holder's
+// record has taken the lock away all the same: Inject says so
+// (ErrPartial), and the holder's links stay cut until Heal.
+func TestCompactedWatchPartial(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := etcdtest.Start(t)
+	admin := etcdtest.Client(t, c)
+	p, err := faults.NewProxy(c.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	holder := etcdtest.Client(t, c, p.URL())
+	locks, err := lease.New(holder, lease.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	if _, err := locks.Acquire(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	refusing := etcdtest.Client(t, c)
+	refusing.KV = scratchRefusingKV{refusing.KV}
+	f := faults.CompactedWatch(refusing, faults.LockPrefix(lease.DefaultPrefix, "a"), p)
+	err = f.Inject(ctx)
+	if !errors.Is(err, faults.ErrPartial) {
+		t.Fatalf("Inject = %v, want an error matching ErrPartial", err)
+	}
+	resp, err := admin.Get(ctx, faults.LockPrefix(lease.DefaultPrefix, "a"), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Errorf("records left after a partial injection: %d", len(resp.Kvs))
+	}
+	// The holder's link is still cut.
+	gctx, gcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, gerr := holder.Get(gctx, "x")
+	gcancel()
+	if gerr == nil {
+		t.Error("a read through the holder's link went through before Heal")
+	}
+	if err := f.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Get(ctx, "x"); err != nil {
+		t.Errorf("a read through the holder's link after Heal: %v", err)
+	}
+}

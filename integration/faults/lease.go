@@ -2,8 +2,10 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -38,7 +40,9 @@ func Holder(ctx context.Context, cli *clientv3.Client, lockPrefix string) (key s
 // record, and every other record of that lease (with package lease, every
 // lock of the holder's lease.Client), is deleted at once. It is the fault
 // of an operator or a buggy peer revoking a lease it does not own. The
-// holder learns it only from etcd; Heal does nothing. cli must be a client
+// holder learns it only from etcd; Heal does nothing. A revoke whose reply
+// never came returns an error matching ErrOutcomeUnknown: it may have
+// applied. cli must be a client
 // the fault may use freely: not one behind a proxy the test disrupts.
 func RevokeHolder(cli *clientv3.Client, lockPrefix string) Fault {
 	return &funcFault{kind: KindRevoke, inject: func(ctx context.Context) error {
@@ -50,7 +54,10 @@ func RevokeHolder(cli *clientv3.Client, lockPrefix string) Fault {
 			return ErrNoTarget
 		}
 		if _, err := cli.Revoke(ctx, id); err != nil {
-			return fmt.Errorf("faults: revoke holder's lease: %w", err)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return fmt.Errorf("faults: revoke holder's lease: %w", err)
+			}
+			return fmt.Errorf("%w: revoke holder's lease: %w", ErrOutcomeUnknown, err)
 		}
 		return nil
 	}}
@@ -59,7 +66,8 @@ func RevokeHolder(cli *clientv3.Client, lockPrefix string) Fault {
 // DeleteHolder deletes the current holder's record of the lock under
 // lockPrefix behind the holder's back, comparing its creation revision so
 // that it never deletes a newer record by mistake. The next waiter, if any,
-// becomes the holder. Heal does nothing.
+// becomes the holder. Heal does nothing. A delete whose reply never came
+// returns an error matching ErrOutcomeUnknown: it may have applied.
 func DeleteHolder(cli *clientv3.Client, lockPrefix string) Fault {
 	return &funcFault{kind: KindDeleteKey, inject: func(ctx context.Context) error {
 		key, rev, _, err := Holder(ctx, cli, lockPrefix)
@@ -70,7 +78,7 @@ func DeleteHolder(cli *clientv3.Client, lockPrefix string) Fault {
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(clientv3.OpDelete(key)).Commit()
 		if err != nil {
-			return fmt.Errorf("faults: delete holder's record: %w", err)
+			return fmt.Errorf("%w: delete holder's record: %w", ErrOutcomeUnknown, err)
 		}
 		if !resp.Succeeded {
 			return ErrNoTarget // released or replaced meanwhile
