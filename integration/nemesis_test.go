@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -70,9 +71,12 @@ func (n *nemesis) allLines() []int {
 }
 
 // apply injects f, holds it, and heals it. It counts f for lines when
-// the injection took effect; an injection that found nothing to disrupt,
-// or failed, is not counted. A heal that fails fails the test: the rest of
-// the run would not be what it claims.
+// the injection took effect, in whole or in part (faults.ErrPartial); an
+// injection that found nothing to disrupt, or failed, is not counted. A
+// fault that took effect, and one whose outcome is unknown
+// (faults.ErrOutcomeUnknown: its delete or revoke may have applied), is
+// kept as a window for the successor check. A heal that fails fails the
+// test: the rest of the run would not be what it claims.
 func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration, lines []int) bool {
 	return n.applyTo(ctx, f, hold, lines, -1)
 }
@@ -80,18 +84,38 @@ func (n *nemesis) apply(ctx context.Context, f faults.Fault, hold time.Duration,
 // applyTo is apply for a fault that freezes worker (-1: none).
 func (n *nemesis) applyTo(ctx context.Context, f faults.Fault, hold time.Duration, lines []int, worker int) bool {
 	from := time.Now().UnixNano()
-	if err := f.Inject(ctx); err != nil {
-		if !errors.Is(err, faults.ErrNoTarget) && ctx.Err() == nil {
-			n.t.Logf("nemesis: inject %s: %v (not counted)", f.Kind(), err)
+	if os.Getenv(envSafetyLog) != "" {
+		n.t.Logf("nemesis: %s at %s, held %v", f.Kind(), time.Unix(0, from).UTC().Format("15:04:05.000000"), hold)
+	}
+	err := f.Inject(ctx)
+	took := err == nil || errors.Is(err, faults.ErrPartial)
+	if err != nil && !errors.Is(err, faults.ErrNoTarget) && ctx.Err() == nil {
+		verdict := "not counted"
+		if took {
+			verdict = "took effect: counted"
 		}
+		n.t.Logf("nemesis: inject %s: %v (%s)", f.Kind(), err, verdict)
+	}
+	if !took && !errors.Is(err, faults.ErrOutcomeUnknown) {
 		return false
 	}
-	n.mu.Lock()
-	for _, l := range lines {
-		n.counts[l][f.Kind()]++
+	if took {
+		n.mu.Lock()
+		for _, l := range lines {
+			n.counts[l][f.Kind()]++
+		}
+		n.mu.Unlock()
+		sleep(ctx, hold)
 	}
+	n.heal(ctx, f)
+	n.mu.Lock()
+	n.windows = append(n.windows, window{kind: f.Kind(), worker: worker, from: from, to: time.Now().UnixNano()})
 	n.mu.Unlock()
-	sleep(ctx, hold)
+	return took
+}
+
+// heal heals f, failing the test if it cannot.
+func (n *nemesis) heal(ctx context.Context, f faults.Fault) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -101,10 +125,6 @@ func (n *nemesis) applyTo(ctx context.Context, f faults.Fault, hold time.Duratio
 	if d := time.Since(start); d > slowHeal {
 		n.t.Logf("nemesis: heal %s took %v", f.Kind(), d.Round(time.Millisecond))
 	}
-	n.mu.Lock()
-	n.windows = append(n.windows, window{kind: f.Kind(), worker: worker, from: from, to: time.Now().UnixNano()})
-	n.mu.Unlock()
-	return true
 }
 
 // busiest returns the worker among ws that holds the most locks (ties
@@ -179,6 +199,9 @@ func (n *nemesis) linkFaults(ctx context.Context) {
 			f, hold = faults.SwitchMember(w.proxies[keep], cut...), partitionHold
 		}
 		if f != nil {
+			if os.Getenv(envSafetyLog) != "" {
+				n.t.Logf("nemesis: next link fault on worker %d", w.id)
+			}
 			n.apply(ctx, f, hold, n.allLines())
 		}
 		sleep(ctx, time.Duration(1000+rand.IntN(500))*time.Millisecond)

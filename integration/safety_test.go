@@ -299,6 +299,9 @@ func runPhase(t *testing.T, idx int, ph phase, b budget, workloads []workload, t
 	var err error
 	defer func() { t.Logf("phase took %v in all", time.Since(setupStart).Round(time.Millisecond)) }()
 	cfg := etcdtest.Config{Dir: t.TempDir(), Members: ph.members, NoFsync: true}
+	if dir := os.Getenv(envSafetyLog); dir != "" {
+		cfg.Dir = filepath.Join(dir, "etcd")
+	}
 	if ph.procs {
 		if cfg.Binary, err = etcdproc.Binary(ctx, ""); err != nil {
 			t.Fatal(err)
@@ -592,6 +595,9 @@ type holdRec struct {
 	worker   int
 	acq, end int64 // Unix nanoseconds
 	cause    string
+	// until is the lease's validity deadline when Acquire returned, and
+	// asked when Acquire was called (Unix nanoseconds; 0: not reported).
+	until, asked int64
 }
 
 func (s *lineStats) add(o *lineStats) {
@@ -665,7 +671,7 @@ func (r *recorder) record(ev event) {
 		r.held[ev.Worker][shardKey{ev.Line, ev.Shard}] = ev.Kind == evAcquired
 		if ev.Kind == evAcquired && ev.Tok != 0 {
 			h := s.hold(ev.Tok)
-			h.worker, h.acq = ev.Worker, ev.At
+			h.worker, h.acq, h.until, h.asked = ev.Worker, ev.At, ev.Until, ev.Asked
 		}
 	case evSignal:
 		if h := s.hold(ev.Tok); h.end == 0 || ev.At < h.end {

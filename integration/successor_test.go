@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -71,11 +73,21 @@ func checkSuccessors(holds map[int64]*holdRec, windows []window) successorStats 
 			if prev.end != 0 {
 				late = time.Duration(prev.end - next.acq).String()
 			}
-			st.examples = append(st.examples, fmt.Sprintf("token %d (worker %d) admitted while token %d (worker %d, held %v) held on: it learned %s later (%s); faults meanwhile: %v",
-				toks[i], next.worker, toks[i-1], prev.worker, time.Duration(next.acq-prev.acq), late, prev.cause, during(min(prev.acq, next.acq), next.acq, windows)))
+			st.examples = append(st.examples, fmt.Sprintf("token %d (worker %d) admitted while token %d (worker %d, held %v) held on: it learned %s later (%s); faults meanwhile: %v; %s",
+				toks[i], next.worker, toks[i-1], prev.worker, time.Duration(next.acq-prev.acq), late, prev.cause, during(min(prev.acq, next.acq), next.acq, windows), prev.timing()))
 		}
 	}
 	return st
+}
+
+// timing describes when h's Acquire was called and when its validity
+// deadline was, relative to when it returned.
+func (h *holdRec) timing() string {
+	if h.until == 0 {
+		return "no timing reported"
+	}
+	return fmt.Sprintf("its Acquire waited %v and returned at %s, %v before its validity deadline",
+		time.Duration(h.acq-h.asked), time.Unix(0, h.acq).UTC().Format("15:04:05.000000"), time.Duration(h.until-h.acq))
 }
 
 // during names the faults among windows that overlap [from, to], each
@@ -160,5 +172,63 @@ func TestCheckSuccessors(t *testing.T) {
 	}
 	if st = checkSuccessors(slack, nil); st.early != 0 {
 		t.Errorf("within the slack: %+v, want no early hand-over", st)
+	}
+}
+
+// stubFault is a fault whose Inject returns err and does nothing else.
+type stubFault struct {
+	kind   string
+	err    error
+	healed int
+}
+
+func (f *stubFault) Kind() string                 { return f.kind }
+func (f *stubFault) Inject(context.Context) error { return f.err }
+func (f *stubFault) Heal(context.Context) error   { f.healed++; return nil }
+
+// A fault that took a lease away and then failed (CompactedWatch deleted
+// the holder's record, then its compaction failed) is counted and kept as
+// a window, and so is one whose delete or revoke may have applied, so
+// that the successor check allows for what they did; a fault that did
+// nothing is neither. Before faults.ErrPartial, such a CompactedWatch was
+// dropped as "not counted" and the hand-over it caused was reported as
+// early (issue 47).
+func TestNemesisKeepsFaultsThatTookEffect(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	for _, c := range []struct {
+		err           error
+		counted, kept bool
+	}{
+		{nil, true, true},
+		{fmt.Errorf("%w: compact: EOF", faults.ErrPartial), true, true},
+		{fmt.Errorf("%w: delete holder's record: timed out", faults.ErrOutcomeUnknown), false, true},
+		{faults.ErrNoTarget, false, false},
+		{errors.New("find holder: timed out"), false, false},
+	} {
+		n := &nemesis{t: t, counts: []map[string]int{{}}}
+		f := &stubFault{kind: faults.KindCompactedWatch, err: c.err}
+		before := time.Now().UnixNano()
+		if got := n.apply(context.Background(), f, 0, []int{0}); got != c.counted {
+			t.Errorf("%v: apply = %v, want %v", c.err, got, c.counted)
+		}
+		if got := n.counts[0][faults.KindCompactedWatch] == 1; got != c.counted {
+			t.Errorf("%v: counted %v, want %v", c.err, got, c.counted)
+		}
+		if got := len(n.windows) == 1; got != c.kept {
+			t.Errorf("%v: window kept %v, want %v", c.err, got, c.kept)
+			continue
+		}
+		if !c.kept {
+			continue
+		}
+		// The hand-over the fault caused is excused, not early.
+		w := n.windows[0]
+		holds := map[int64]*holdRec{
+			10: {worker: 0, acq: before - 100*ms, end: w.to + 200*ms, cause: "key-deleted"},
+			20: {worker: 1, acq: w.to},
+		}
+		if st := checkSuccessors(holds, n.windows); st.early != 0 || st.excused != 1 {
+			t.Errorf("%v: successor check %+v, want the hand-over excused", c.err, st)
+		}
 	}
 }

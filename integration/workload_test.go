@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,6 +109,10 @@ type event struct {
 	// (Unix nanoseconds) of evAcquired and evSignal.
 	Tok int64 `json:"r,omitempty"`
 	At  int64 `json:"t,omitempty"`
+	// Until and Asked, of evAcquired: the lease's validity deadline
+	// (ValidUntil) and when its Acquire was called (Unix nanoseconds).
+	Until int64 `json:"u,omitempty"`
+	Asked int64 `json:"a,omitempty"`
 }
 
 // Event kinds.
@@ -150,6 +156,11 @@ type resourceClient interface {
 	close()
 }
 
+// envSafetyLog names a directory where, when set, every worker keeps its
+// lease Client's debug log (worker-N.log) and the process profile keeps
+// its etcd members' data and logs, to explain a failed run.
+const envSafetyLog = "FENCEKIT_SAFETY_LOG"
+
 // runWorker runs one worker until ctx ends: for every shard of every line,
 // a loop that acquires the shard's lock and does read-modify-write cycles. slow, when
 // not nil, delivers writes late while the slow-writer fault is injected.
@@ -163,7 +174,16 @@ func runWorker(ctx context.Context, cfg workerConfig, slow *faults.SlowWriter, e
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer cli.Close()
-	locks, err := lease.New(cli, lease.WithTTL(leaseTTL))
+	opts := []lease.Option{lease.WithTTL(leaseTTL)}
+	if dir := os.Getenv(envSafetyLog); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.log", cfg.ID)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts = append(opts, lease.WithLogger(slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	locks, err := lease.New(cli, opts...)
 	if err != nil {
 		return err
 	}
@@ -252,6 +272,7 @@ func (w *lineWorker) loop(ctx context.Context) {
 	name := w.spec.lockName(w.shard)
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, acquireWait)
+		asked := time.Now().UnixNano()
 		l, err := w.locks.Acquire(actx, name)
 		timedOut := actx.Err() != nil
 		cancel()
@@ -266,7 +287,8 @@ func (w *lineWorker) loop(ctx context.Context) {
 			continue
 		}
 		tok := l.Fence().Revision
-		w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evAcquired, Tok: tok, At: time.Now().UnixNano()})
+		w.emit(event{Worker: w.cfg.ID, Line: w.line, Shard: w.shard, Kind: evAcquired, Tok: tok, At: time.Now().UnixNano(),
+			Until: l.ValidUntil().UnixNano(), Asked: asked})
 		go w.watchEnd(ctx, l, tok)
 		holds := 1
 		if rand.IntN(reenterOdds) == 0 && w.settle(ctx, l, "reenter", l.Reenter) == nil {
