@@ -94,6 +94,7 @@ func Need(t testing.TB, subject, reason string) {
 	t.Helper()
 	if os.Getenv(EnvRequireDB) == "1" {
 		t.Fatalf("%s: %s (%s=1)", subject, reason, EnvRequireDB)
+		return
 	}
 	t.Skipf("%s: %s", subject, reason)
 }
