@@ -50,7 +50,7 @@ fi
 
 # The etcd server, built outside every test's deadline when a package
 # under test imports the harness that runs it.
-deps=$(go list -deps -test "${patterns[@]}" 2>/dev/null || true)
+deps=$(go list -deps -test "${patterns[@]}" || true) # on a cold machine: go: downloading …
 if grep -qx 'github.com/fencekit/fencekit/internal/etcdproc' <<<"$deps"; then
   go run ./internal/etcdproc/cmd/buildetcd
 fi
