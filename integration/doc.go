@@ -128,8 +128,9 @@
 // TestSafetyProcesses runs the same workloads, workers, nemeses and
 // checks in one shorter phase, on three etcd members that run as server
 // processes (etcdtest.WithBinary) of the version FENCEKIT_ETCD_VERSION
-// names (3.5, 3.6 or 3.7, the default, built from tools/etcdserver; or
-// FENCEKIT_ETCD_BIN's binary). Its cluster nemesis freezes the leader,
+// names (3.5, 3.6 or 3.7, the default, built from tools/etcdserver before
+// the test, by scripts/test.sh or the command below; or FENCEKIT_ETCD_BIN's
+// binary; the test fails at once, naming the command, when it is not built). Its cluster nemesis freezes the leader,
 // then kills it, then freezes a follower, then kills one, in turn
 // (faults.SigstopLeader, SigkillLeader, SigstopMember, SigkillMember):
 // a frozen member is continued after 2.6 s, past the lease TTL; a killed
@@ -138,6 +139,7 @@
 // than 30 s, and fails unless each of the four kinds, pause, revoke,
 // delete-key and slow-writer took effect:
 //
+//	go run ./internal/etcdproc/cmd/buildetcd 3.5   # in the repository root, once
 //	FENCEKIT_ETCD_VERSION=3.5 go test ./integration -run TestSafetyProcesses -count=1 -v
 //
 // A line of such a run on etcd 3.6.17:

@@ -14,7 +14,7 @@ import (
 
 // The Examples that need a Redis server have no Output comment, because
 // `go test` would run them without one: TestExamples runs them when Redis
-// answers (FENCEKIT_REDIS_ADDR, default 127.0.0.1:6379) and checks what
+// answers (FENCEKIT_REDIS_ADDR, for example 127.0.0.1:6379) and checks what
 // they print; without Redis it skips, or fails when FENCEKIT_REQUIRE_DB=1.
 
 // A superseded holder's late write is refused by Redis itself: the token

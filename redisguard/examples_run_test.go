@@ -13,7 +13,7 @@ import (
 // print, as `// Output:` would; it skips without Redis. Their keys are
 // deleted before and after, so that reruns start from nothing.
 func TestExamples(t *testing.T) {
-	cli := connect(t, redisAddr())
+	cli := redisOrSkip(t)
 	ctx := context.Background()
 	keys := []string{
 		redisguard.DefaultPrefix + "{example-orders}", "{example-orders}:total",

@@ -12,45 +12,52 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// envRedisAddr names the Redis server the tests use, "host:port"
-// (default 127.0.0.1:6379). They write only keys that contain a random
-// id of their own, and delete them when they end.
-const envRedisAddr = "FENCEKIT_REDIS_ADDR"
+// redisAddr returns the address of the tests' Redis server, "host:port":
+// FENCEKIT_REDIS_ADDR's value, "" when it is unset (no test uses a Redis
+// that variable does not name, even one on 127.0.0.1:6379; tests that
+// need it skip first, see redisOrSkip). The tests write only keys that
+// contain a random id of their own, and delete them when they end.
+func redisAddr() string { return os.Getenv(testkit.EnvRedisAddr) }
 
-// redisAddr returns the address of the tests' Redis server.
-func redisAddr() string {
-	if a := os.Getenv(envRedisAddr); a != "" {
-		return a
+// redisOrSkip returns a client of the server FENCEKIT_REDIS_ADDR names,
+// closed when t ends. It skips t when the variable is unset or the server
+// does not answer PING ("Redis: ..."), or fails t when FENCEKIT_REQUIRE_DB
+// is "1".
+func redisOrSkip(t testing.TB) *redis.Client {
+	t.Helper()
+	addr := testkit.Redis.Value(t)
+	if err := ping(addr); err != nil {
+		testkit.Redis.Unreachable(t, err)
 	}
-	return "127.0.0.1:6379"
+	return connect(t, addr)
 }
 
-// connect returns a client of the server at addr, closed when t ends. It
-// skips t when the server does not answer PING, or fails t when
-// FENCEKIT_REQUIRE_DB is "1".
+// connect returns a client of the server at addr, closed when t ends; it
+// fails t when the server does not answer PING.
 func connect(t testing.TB, addr string) *redis.Client {
 	t.Helper()
-	probe := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}) // no retries: skip at once
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	err := probe.Ping(ctx).Err()
-	probe.Close()
-	if err != nil {
-		if os.Getenv(testkit.EnvRequireDB) == "1" {
-			t.Fatalf("Redis at %s (%s) does not answer: %v", addr, envRedisAddr, err)
-		}
-		t.Skipf("Redis at %s does not answer (%v): start one or set %s to run this test", addr, err, envRedisAddr)
+	if err := ping(addr); err != nil {
+		t.Fatalf("Redis at %s does not answer: %v", addr, err)
 	}
 	cli := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { cli.Close() })
 	return cli
 }
 
+// ping sends one PING to addr, without retries.
+func ping(addr string) error {
+	probe := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}) // no retries: skip at once
+	defer probe.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return probe.Ping(ctx).Err()
+}
+
 // testRedis returns a client of the tests' Redis server and a random id;
 // every key whose name contains the id is deleted when t ends.
 func testRedis(t testing.TB) (*redis.Client, string) {
 	t.Helper()
-	cli := connect(t, redisAddr())
+	cli := redisOrSkip(t)
 	id := randomID(t)
 	t.Cleanup(func() { deleteKeys(t, cli, id) })
 	return cli, id

@@ -35,10 +35,7 @@ func startServer(t testing.TB, extra ...string) *server {
 	if err != nil {
 		bin = "/usr/bin/redis-server"
 		if _, err := os.Stat(bin); err != nil {
-			if os.Getenv(testkit.EnvRequireDB) == "1" {
-				t.Fatalf("no redis-server binary to start: %v", err)
-			}
-			t.Skipf("no redis-server binary to start (%v): install redis-server to run this test", err)
+			testkit.Need(t, "redis-server", "not on PATH nor in /usr/bin; install it (apt-get install redis-server) to run these tests, which start servers of their own")
 		}
 	}
 	s := &server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), extra: extra}

@@ -16,8 +16,8 @@
 # the whole set takes about 5 minutes on 2 cores.
 #
 # Set FENCEKIT_PG_DSN to include PostgreSQL in BenchmarkGuard. BenchmarkRedis
-# (module redisguard) runs against FENCEKIT_REDIS_ADDR (default
-# 127.0.0.1:6379).
+# (module redisguard) runs against FENCEKIT_REDIS_ADDR (for example
+# 127.0.0.1:6379) and skips without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${COUNT:-1}
@@ -33,7 +33,7 @@ if [[ -n "${FENCEKIT_PG_DSN:-}" ]]; then desc="FENCEKIT_PG_DSN=<local PostgreSQL
 start=$(date +%s)
 go test ./integration -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 60m | tee "$out"
 # redisguard is a module of its own; its benchmark needs Redis
-# (FENCEKIT_REDIS_ADDR, default 127.0.0.1:6379) and skips without it.
+# (FENCEKIT_REDIS_ADDR) and skips without it.
 (cd redisguard && go test -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 10m .) | tee -a "$out"
 took=$(( $(date +%s) - start ))
 go run ./scripts/benchtable \

@@ -5,6 +5,7 @@
 # patch of each, built from tools/etcdserver), with one member each by
 # default (FENCEKIT_MATRIX_MEMBERS="1 3" adds three-member clusters: see the
 # README's Compatibility section for what CI runs and what was measured).
+# It builds the versions' servers first (internal/etcdproc/cmd/buildetcd).
 # Arguments go to `go test`. FENCEKIT_MATRIX_VERSIONS and
 # FENCEKIT_MATRIX_MEMBERS narrow it, for example
 #
@@ -17,6 +18,10 @@ cd "$(dirname "$0")/.."
 read -r -a versions <<<"${FENCEKIT_MATRIX_VERSIONS:-3.5 3.6 3.7}"
 read -r -a members <<<"${FENCEKIT_MATRIX_MEMBERS:-1}"
 pkgs=(./lease ./guard ./guard/etcdstore ./guard/grpcguard ./sqlguard)
+# The servers first, outside every test's deadline (tests never build
+# one): a few minutes per version on a cold machine, nothing when built.
+printf '== etcd servers %s\n' "${versions[*]}"
+GOWORK=off go run ./internal/etcdproc/cmd/buildetcd "${versions[@]}"
 for v in "${versions[@]}"; do
   for n in "${members[@]}"; do
     printf '== etcd %s, %s member(s)\n' "$v" "$n"

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -21,15 +20,12 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// Environment variables naming the test databases.
+// Environment variables naming the test databases (see testkit's
+// services).
 const (
-	envPG      = "FENCEKIT_PG_DSN"    // e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-	envMySQL   = "FENCEKIT_MYSQL_DSN" // e.g. root@tcp(127.0.0.1:3306)/test
-	envRequire = "FENCEKIT_REQUIRE_DB"
-	// envPgBouncer names PgBouncer in pool_mode = transaction in front of
-	// the server of envPG, e.g.
-	// postgres://postgres@127.0.0.1:6432/test?sslmode=disable.
-	envPgBouncer = "FENCEKIT_PGBOUNCER_DSN"
+	envPG        = testkit.EnvPostgresDSN
+	envMySQL     = testkit.EnvMySQLDSN
+	envPgBouncer = testkit.EnvPgBouncerDSN
 )
 
 func TestMain(m *testing.M) {
@@ -111,21 +107,11 @@ func openSQLite(t *testing.T, immediate bool) *sql.DB {
 	return db
 }
 
+// dsnOrSkip returns the DSN in env, or skips t saying which variable to
+// set (fails it with FENCEKIT_REQUIRE_DB=1).
 func dsnOrSkip(t *testing.T, env string) string {
 	t.Helper()
-	dsn := os.Getenv(env)
-	if dsn == "" {
-		if os.Getenv(envRequire) == "1" {
-			t.Fatalf("%s is not set and %s=1", env, envRequire)
-		}
-		hint := "set it to run against a real database"
-		if env == envPgBouncer {
-			hint = "set it to a PgBouncer in pool_mode = transaction in front of the server of " + envPG +
-				" (bash .ci/run starts one: postgres://postgres@127.0.0.1:6432/test?sslmode=disable)"
-		}
-		t.Skipf("%s not set; %s (and %s=1 to make that mandatory)", env, hint, envRequire)
-	}
-	return dsn
+	return testkit.DSN(t, env)
 }
 
 func ping(t *testing.T, db *sql.DB, env string) {
@@ -134,10 +120,12 @@ func ping(t *testing.T, db *sql.DB, env string) {
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		if os.Getenv(envRequire) == "1" {
-			t.Fatalf("%s unreachable: %v", env, err)
+		for _, s := range []testkit.Service{testkit.PostgreSQL, testkit.MySQL, testkit.PgBouncer} {
+			if s.Env == env {
+				s.Unreachable(t, err)
+			}
 		}
-		t.Skipf("%s unreachable: %v", env, err)
+		t.Fatalf("%s unreachable: %v", env, err)
 	}
 	t.Cleanup(func() { db.Close() })
 }

@@ -28,7 +28,7 @@ func TestPostgreSQL(t *testing.T) {
 		if os.Getenv("FENCEKIT_REQUIRE_DB") == "1" {
 			t.Fatal("FENCEKIT_PG_DSN is not set and FENCEKIT_REQUIRE_DB=1")
 		}
-		t.Skip("FENCEKIT_PG_DSN not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run on PostgreSQL")
+		t.Skip("PostgreSQL: set FENCEKIT_PG_DSN to run these tests (a database the tests may write to, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
 	}
 	for _, usePgx := range []bool{false, true} {
 		var out strings.Builder

@@ -1,7 +1,6 @@
 package etcdtest_test
 
 import (
-	"context"
 	"errors"
 	"syscall"
 	"testing"
@@ -12,11 +11,12 @@ import (
 	"github.com/fencekit/fencekit/internal/etcdproc"
 )
 
-// etcdBinary returns the etcd binary the repository's harness builds
-// (FENCEKIT_ETCD_VERSION, default 3.7) or FENCEKIT_ETCD_BIN.
+// etcdBinary returns the etcd binary the repository's harness built
+// (FENCEKIT_ETCD_VERSION, default 3.7; scripts/test.sh builds it before
+// the tests) or FENCEKIT_ETCD_BIN; it fails t at once when there is none.
 func etcdBinary(t *testing.T) string {
 	t.Helper()
-	bin, err := etcdproc.Binary(context.Background(), "")
+	bin, err := etcdproc.Built("")
 	if err != nil {
 		t.Fatal(err)
 	}

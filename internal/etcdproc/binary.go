@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,54 +38,160 @@ func Version() string {
 	return DefaultVersion
 }
 
+// ErrNotBuilt reports that the etcd server binary of a version has not been
+// built yet; the error that matches it, a *NotBuiltError, says how to build
+// it.
+var ErrNotBuilt = errors.New("etcdproc: etcd server not built")
+
+// NotBuiltError reports a server binary that Built did not find. It
+// matches ErrNotBuilt.
+type NotBuiltError struct {
+	// Version is the minor version asked for, such as "3.7".
+	Version string
+	// Release is the pinned release of that minor, such as "3.7.3".
+	Release string
+	// Root is the repository checkout that tools/etcdserver is in.
+	Root string
+}
+
+// Error says how to build the binary: the test command does, or BuildCommand
+// run in Root.
+func (e *NotBuiltError) Error() string {
+	return fmt.Sprintf("etcdproc: the etcd %s server is not built (tests never build it under their deadline): "+
+		"scripts/test.sh builds it first, or build it once (a few minutes) with\n\t(cd %s && %s %s)\n"+
+		"or set %s to an etcd binary", e.Release, e.Root, BuildCommand, e.Version, EnvBinary)
+}
+
+// Is reports whether target is ErrNotBuilt.
+func (e *NotBuiltError) Is(target error) bool { return target == ErrNotBuilt }
+
+// BuildCommand builds the server binaries of the versions given as its
+// arguments (Version() when none) into the cache Built reads; run it in the
+// repository root.
+const BuildCommand = "go run ./internal/etcdproc/cmd/buildetcd"
+
+// Built returns the path of an etcd server binary without building one:
+// EnvBinary's value when set, otherwise the binary that Binary built for
+// version (a minor version, such as "3.6"; "" means Version()). When that
+// binary is not there it returns a *NotBuiltError (matching ErrNotBuilt)
+// that says how to build it: tests call Built, never Binary, so that no
+// test's deadline spans a build of minutes.
+func Built(version string) (string, error) {
+	if bin := os.Getenv(EnvBinary); bin != "" {
+		return bin, nil
+	}
+	t, err := locate(version)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(t.bin); err != nil {
+		return "", &NotBuiltError{Version: t.version, Release: t.release, Root: filepath.Dir(filepath.Dir(t.src))}
+	}
+	return t.bin, nil
+}
+
+// Release returns the etcd release that tools/etcdserver pins for version
+// (a minor version; "" means Version()), such as "3.7.3".
+func Release(version string) (string, error) {
+	t, err := locate(version)
+	if err != nil {
+		return "", err
+	}
+	return t.release, nil
+}
+
 // Binary returns the path of an etcd server binary: EnvBinary's value when
 // set, otherwise the one tools/etcdserver builds for version (a minor
-// version, such as "3.6"; "" means Version()). It builds it on first use,
-// with the go command, into a cache directory keyed by version, sources
-// and Go version; concurrent callers, in this process or others, wait for
-// one build. ctx bounds the build.
+// version, such as "3.6"; "" means Version()). It builds it when it is not
+// built yet, with the go command, into a cache directory keyed by version,
+// sources and Go version; concurrent callers, in this process or others,
+// wait for one build. ctx bounds the build, which takes minutes on a cold
+// machine: tests use Built instead, and BuildCommand (which scripts/test.sh
+// runs) calls Binary before any test starts.
 func Binary(ctx context.Context, version string) (string, error) {
 	if bin := os.Getenv(EnvBinary); bin != "" {
 		return bin, nil
 	}
+	t, err := locate(version)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(t.bin); err == nil {
+		return t.bin, nil
+	}
+	unlock, err := lockFile(filepath.Join(filepath.Dir(t.bin), "build-"+t.version+".lock"))
+	if err != nil {
+		return "", fmt.Errorf("etcdproc: lock the build of etcd %s: %w", t.version, err)
+	}
+	defer unlock()
+	if _, err := os.Stat(t.bin); err == nil {
+		return t.bin, nil // built by another process while we waited
+	}
+	if err := build(ctx, t.src, t.modfile, t.bin); err != nil {
+		return "", fmt.Errorf("etcdproc: build etcd %s (or set %s): %w", t.release, EnvBinary, err)
+	}
+	return t.bin, nil
+}
+
+// target is where the binary of one version comes from and goes to.
+type target struct {
+	version, release string // "3.7", "3.7.3"
+	src, modfile     string // tools/etcdserver and its go.mod for version
+	bin              string // the binary's path in the cache
+}
+
+// locate finds the sources, pinned release and cache path of version's
+// binary.
+func locate(version string) (target, error) {
 	if version == "" {
 		version = Version()
 	}
 	if !slices.Contains(Versions, version) {
-		return "", fmt.Errorf("etcdproc: etcd version %q is none of %v (set %s, or %s to a binary)", version, Versions, EnvVersion, EnvBinary)
+		return target{}, fmt.Errorf("etcdproc: etcd version %q is none of %v (set %s, or %s to a binary)", version, Versions, EnvVersion, EnvBinary)
 	}
 	src, err := sourceDir()
 	if err != nil {
-		return "", err
+		return target{}, err
 	}
 	modfile := "go.mod"
 	if version != DefaultVersion {
 		modfile = "go.v" + version + ".mod"
 	}
+	release, err := pinnedRelease(filepath.Join(src, modfile))
+	if err != nil {
+		return target{}, err
+	}
 	key, err := sourceKey(src, modfile)
 	if err != nil {
-		return "", err
+		return target{}, err
 	}
 	cache, err := cacheDir()
 	if err != nil {
-		return "", err
+		return target{}, err
 	}
-	bin := filepath.Join(cache, "etcd-"+version+"-"+key)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	unlock, err := lockFile(filepath.Join(cache, "build-"+version+".lock"))
+	return target{
+		version: version, release: release, src: src, modfile: modfile,
+		bin: filepath.Join(cache, "etcd-"+version+"-"+key),
+	}, nil
+}
+
+// serverModule is the module whose version a tools/etcdserver modfile pins.
+const serverModule = "go.etcd.io/etcd/server/v3"
+
+// pinnedRelease reads the etcd server release a modfile requires, "3.7.3"
+// for "require go.etcd.io/etcd/server/v3 v3.7.3".
+func pinnedRelease(modfile string) (string, error) {
+	b, err := os.ReadFile(modfile)
 	if err != nil {
-		return "", fmt.Errorf("etcdproc: lock the build of etcd %s: %w", version, err)
+		return "", fmt.Errorf("etcdproc: %w", err)
 	}
-	defer unlock()
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // built by another process while we waited
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == serverModule {
+			return strings.TrimPrefix(f[1], "v"), nil
+		}
 	}
-	if err := build(ctx, src, modfile, bin); err != nil {
-		return "", fmt.Errorf("etcdproc: build etcd %s (or set %s): %w", version, EnvBinary, err)
-	}
-	return bin, nil
+	return "", fmt.Errorf("etcdproc: %s requires no %s", modfile, serverModule)
 }
 
 // sourceDir returns the directory of tools/etcdserver in the checkout this

@@ -7,6 +7,17 @@
 // cluster is closed; on Linux the kernel also kills the members when the
 // test process dies.
 //
+// Building a server binary takes minutes on a cold machine, so it is an
+// explicit step before any test starts: BuildCommand (which scripts/test.sh,
+// scripts/matrix.sh and CI run before go test) calls Binary, which builds
+// into the user cache directory (os.UserCacheDir, so XDG_CACHE_HOME on
+// Linux, then fencekit/etcd), keyed by version, sources and Go version.
+// StartCluster, Start and the tests' helpers only look the binary up
+// (Built) and fail at once, naming the command, when it is missing: a
+// plain go test of a package on a machine that never built the server
+// fails fast with that message instead of building under a test's
+// deadline.
+//
 // It is test support: the library packages never import it, and it does
 // not import etcd's server module, so it lifts nothing into the module
 // graph of fencekit's users.
@@ -40,8 +51,7 @@ const (
 	DefaultElectionTimeout = 100 * time.Millisecond
 	// RootUser is the user that Config.RootPassword creates.
 	RootUser = "root"
-	// BuildTimeout bounds the build of a binary by StartCluster; the
-	// context StartCluster is given bounds only the start.
+	// BuildTimeout bounds a build of the binary by BuildCommand.
 	BuildTimeout = 15 * time.Minute
 	// MaxMembers is the largest member count a Config may ask for.
 	MaxMembers = 9
@@ -74,9 +84,9 @@ type Config struct {
 	// RootPassword, when not empty, creates RootUser with it and turns
 	// authentication on before StartCluster returns.
 	RootPassword string
-	// Binary is the etcd binary to run; empty means Binary(ctx, Version).
+	// Binary is the etcd binary to run; empty means Built(Version).
 	Binary string
-	// Version is the server version to build when Binary is empty: "3.5",
+	// Version is the server version to run when Binary is empty: "3.5",
 	// "3.6" or "3.7"; empty means the FENCEKIT_ETCD_VERSION variable's, or
 	// DefaultVersion.
 	Version string
@@ -101,20 +111,17 @@ type Cluster struct {
 }
 
 // StartCluster starts the cluster cfg describes and returns once every
-// member serves and all agree on a leader. ctx bounds the start; a build
-// of the binary (see Binary) may take up to BuildTimeout more. On failure
-// nothing is left running.
+// member serves and all agree on a leader. ctx bounds the start. It never
+// builds a binary: with Binary empty it runs the one Built finds, and
+// returns Built's *NotBuiltError (matching ErrNotBuilt, naming the build
+// command) at once when there is none. On failure nothing is left running.
 func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Binary == "" {
-		// A first build takes minutes: longer than a start may.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BuildTimeout)
-		cfg.Binary, err = Binary(bctx, cfg.Version)
-		cancel()
-		if err != nil {
+		if cfg.Binary, err = Built(cfg.Version); err != nil {
 			return nil, err
 		}
 	}
@@ -131,19 +138,11 @@ func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 // StartTimeout bounds the start of a cluster by Start.
 const StartTimeout = 60 * time.Second
 
-// Start builds the binary when needed (see Binary; not counted), then
-// starts the cluster cfg describes within StartTimeout: for examples and
-// benchmarks that have no test to clean up after. Close it when done.
+// Start starts the cluster cfg describes within StartTimeout, for examples
+// and benchmarks that have no test to clean up after; like StartCluster it
+// fails at once, saying how to build it, when the binary is not built.
+// Close it when done.
 func Start(cfg Config) (*Cluster, error) {
-	if cfg.Binary == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
-		bin, err := Binary(ctx, cfg.Version)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Binary = bin
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	return StartCluster(ctx, cfg)

@@ -2,7 +2,10 @@ package etcdproc_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,10 +17,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// binary builds the binary (minutes, once) outside the tests' deadlines.
+// binary returns the binary scripts/test.sh built before the tests, or
+// fails t at once, saying how to build it.
 func binary(t *testing.T) string {
 	t.Helper()
-	bin, err := etcdproc.Binary(context.Background(), "")
+	bin, err := etcdproc.Built("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +168,52 @@ func TestBinaryFromEnv(t *testing.T) {
 	if err != nil || bin != os.Args[0] {
 		t.Fatalf("Binary = %q, %v", bin, err)
 	}
+	if bin, err := etcdproc.Built(""); err != nil || bin != os.Args[0] {
+		t.Fatalf("Built = %q, %v", bin, err)
+	}
 	t.Setenv(etcdproc.EnvBinary, "")
 	if _, err := etcdproc.Binary(context.Background(), "3.4"); err == nil {
 		t.Error("version 3.4 accepted")
+	}
+	if _, err := etcdproc.Built("3.4"); err == nil || errors.Is(err, etcdproc.ErrNotBuilt) {
+		t.Errorf("Built(3.4) = %v, want an error about the version", err)
+	}
+}
+
+// With an empty server cache, nothing builds: Built, StartCluster and Start
+// fail at once with a *NotBuiltError that names the build command, so that
+// no test's deadline spans a build.
+func TestNotBuiltFailsFast(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // os.UserCacheDir's on Linux; elsewhere HOME's
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv(etcdproc.EnvBinary, "")
+	for _, v := range etcdproc.Versions {
+		_, err := etcdproc.Built(v)
+		var nb *etcdproc.NotBuiltError
+		if !errors.As(err, &nb) || !errors.Is(err, etcdproc.ErrNotBuilt) {
+			t.Fatalf("Built(%s) with an empty cache: %v, want a *NotBuiltError matching ErrNotBuilt", v, err)
+		}
+		release, rerr := etcdproc.Release(v)
+		if rerr != nil || !strings.HasPrefix(release, v+".") || nb.Release != release || nb.Version != v {
+			t.Errorf("Release(%s) = %q, %v; error's %+v", v, release, rerr, nb)
+		}
+		for _, s := range []string{etcdproc.BuildCommand + " " + v, "scripts/test.sh", etcdproc.EnvBinary, nb.Root} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(nb.Root, "tools", "etcdserver", "main.go")); err != nil {
+			t.Errorf("error's root %s has no tools/etcdserver: %v", nb.Root, err)
+		}
+	}
+	start := time.Now()
+	if _, err := etcdproc.StartCluster(ctxT(t), etcdproc.Config{Dir: t.TempDir()}); !errors.Is(err, etcdproc.ErrNotBuilt) {
+		t.Errorf("StartCluster: %v, want ErrNotBuilt", err)
+	}
+	if _, err := etcdproc.Start(etcdproc.Config{Dir: t.TempDir(), Version: "3.5"}); !errors.Is(err, etcdproc.ErrNotBuilt) {
+		t.Errorf("Start: %v, want ErrNotBuilt", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("failing took %v: something built", took)
 	}
 }

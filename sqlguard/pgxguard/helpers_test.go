@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
@@ -15,11 +14,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Environment variables naming the test databases.
+// Environment variables naming the test databases (see testkit's
+// services).
 const (
-	envPG        = "FENCEKIT_PG_DSN"        // e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-	envPgBouncer = "FENCEKIT_PGBOUNCER_DSN" // PgBouncer in pool_mode = transaction in front of the same server
-	envRequire   = "FENCEKIT_REQUIRE_DB"
+	envPG        = testkit.EnvPostgresDSN
+	envPgBouncer = testkit.EnvPgBouncerDSN // PgBouncer in pool_mode = transaction in front of the same server
 )
 
 func TestMain(m *testing.M) {
@@ -42,21 +41,11 @@ func targets() []target {
 	}
 }
 
+// dsnOrSkip returns the DSN in env, or skips t saying which variable to
+// set (fails it with FENCEKIT_REQUIRE_DB=1).
 func dsnOrSkip(t *testing.T, env string) string {
 	t.Helper()
-	dsn := os.Getenv(env)
-	if dsn == "" {
-		if os.Getenv(envRequire) == "1" {
-			t.Fatalf("%s is not set and %s=1", env, envRequire)
-		}
-		hint := "set it to run against a real database"
-		if env == envPgBouncer {
-			hint = "set it to a PgBouncer in pool_mode = transaction in front of the server of " + envPG +
-				" (bash .ci/run starts one: postgres://postgres@127.0.0.1:6432/test?sslmode=disable)"
-		}
-		t.Skipf("%s not set; %s (and %s=1 to make that mandatory)", env, hint, envRequire)
-	}
-	return dsn
+	return testkit.DSN(t, env)
 }
 
 // env is one test's pool and uniquely named tables, dropped on cleanup.

@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -45,10 +44,7 @@ func PgxPool(t testing.TB, env string, bouncer bool, maxConns int32) *pgxpool.Po
 		if pool != nil {
 			pool.Close()
 		}
-		if os.Getenv(EnvRequireDB) == "1" {
-			t.Fatalf("%s unreachable: %v", env, err)
-		}
-		t.Skipf("%s unreachable: %v", env, err)
+		serviceOf(t, env).Unreachable(t, err)
 	}
 	t.Cleanup(pool.Close)
 	return pool

@@ -9,6 +9,7 @@ package testkit
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -18,9 +19,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The environment variables that point tests at real databases. Tests of
-// a database skip when its variable is unset, unless EnvRequireDB is "1"
-// (CI): then they fail.
+// The environment variables that point tests at outside servers. No test
+// uses a server its variable does not name, even one on its default port:
+// a test of a service whose variable is unset skips, saying which variable
+// to set, unless EnvRequireDB is "1" (CI): then it fails. Tests that start
+// servers of their own (etcd, redis-server on free ports) run whenever the
+// binary is there.
 const (
 	// EnvPostgresDSN is a PostgreSQL DSN, for example
 	// postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
@@ -28,23 +32,90 @@ const (
 	// EnvMySQLDSN is a MySQL or MariaDB DSN, for example
 	// root@tcp(127.0.0.1:3306)/test.
 	EnvMySQLDSN = "FENCEKIT_MYSQL_DSN"
-	// EnvRequireDB set to "1" makes a missing DSN a failure, not a skip.
+	// EnvRedisAddr is a Redis server's host:port, for example
+	// 127.0.0.1:6379.
+	EnvRedisAddr = "FENCEKIT_REDIS_ADDR"
+	// EnvRequireDB set to "1" makes a missing or unreachable server, or a
+	// missing server binary, a failure instead of a skip.
 	EnvRequireDB = "FENCEKIT_REQUIRE_DB"
 )
 
-// DSN returns the DSN in the environment variable env. When it is unset
-// it skips t, saying how to run the test, or fails t when EnvRequireDB is
-// "1".
+// Service is an outside server that some tests use, named by an
+// environment variable.
+type Service struct {
+	// Name is the service's name, the subject of its skip messages (and
+	// so of its group in scripts/test.sh's skip summary).
+	Name string
+	// Env is the variable that names the server.
+	Env string
+	// Hint says what Env names, with an example value, for the skip
+	// message.
+	Hint string
+}
+
+// The services of the tests. Their skip messages read "Name: set Env to
+// ...", one text per service, which scripts/test.sh's summary groups.
+var (
+	// PostgreSQL is the database of EnvPostgresDSN.
+	PostgreSQL = Service{Name: "PostgreSQL", Env: EnvPostgresDSN, Hint: "a database the tests may write to, e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable"}
+	// MySQL is the MySQL or MariaDB database of EnvMySQLDSN.
+	MySQL = Service{Name: "MySQL", Env: EnvMySQLDSN, Hint: "a database the tests may write to, e.g. root@tcp(127.0.0.1:3306)/test"}
+	// PgBouncer is the PgBouncer (pool_mode = transaction, in front of
+	// PostgreSQL's server) of EnvPgBouncerDSN.
+	PgBouncer = Service{Name: "PgBouncer", Env: EnvPgBouncerDSN, Hint: "a PgBouncer in pool_mode = transaction in front of " + EnvPostgresDSN + "'s server, e.g. postgres://postgres@127.0.0.1:6432/test?sslmode=disable"}
+	// Redis is the Redis server of EnvRedisAddr.
+	Redis = Service{Name: "Redis", Env: EnvRedisAddr, Hint: "a Redis server's host:port, e.g. 127.0.0.1:6379; tests write only keys of their own"}
+)
+
+// Value returns the value of s's variable. When it is unset it skips t
+// with "Name: set Env ...", or fails t when EnvRequireDB is "1".
+func (s Service) Value(t testing.TB) string {
+	t.Helper()
+	v := os.Getenv(s.Env)
+	if v == "" {
+		Need(t, s.Name, fmt.Sprintf("set %s to run these tests (%s)", s.Env, s.Hint))
+	}
+	return v
+}
+
+// Unreachable skips t because the server s's variable names did not
+// answer, or fails t when EnvRequireDB is "1".
+func (s Service) Unreachable(t testing.TB, err error) {
+	t.Helper()
+	Need(t, s.Name, fmt.Sprintf("the server %s names does not answer: %v", s.Env, err))
+}
+
+// Need skips t with the message "subject: reason", or fails t with it
+// when EnvRequireDB is "1": for a test that cannot run without something
+// outside the repository (a server, a binary). Subject is short and fixed
+// per thing needed ("PostgreSQL", "redis-server"), and reason says how to
+// provide it; scripts/test.sh's skip summary groups by subject.
+func Need(t testing.TB, subject, reason string) {
+	t.Helper()
+	if os.Getenv(EnvRequireDB) == "1" {
+		t.Fatalf("%s: %s (%s=1)", subject, reason, EnvRequireDB)
+		return
+	}
+	t.Skipf("%s: %s", subject, reason)
+}
+
+// serviceOf returns the service whose variable is env.
+func serviceOf(t testing.TB, env string) Service {
+	t.Helper()
+	for _, s := range []Service{PostgreSQL, MySQL, PgBouncer, Redis} {
+		if s.Env == env {
+			return s
+		}
+	}
+	t.Fatalf("testkit: no service has the variable %s", env)
+	return Service{}
+}
+
+// DSN returns the value of env, the variable of one of the services
+// above (see Service.Value).
 func DSN(t testing.TB, env string) string {
 	t.Helper()
-	dsn := os.Getenv(env)
-	if dsn == "" {
-		if os.Getenv(EnvRequireDB) == "1" {
-			t.Fatalf("%s is not set and %s=1", env, EnvRequireDB)
-		}
-		t.Skipf("%s is not set: set it to a database this test may write to, to run it", env)
-	}
-	return dsn
+	return serviceOf(t, env).Value(t)
 }
 
 // LogBuffer collects log output from any number of goroutines. The zero

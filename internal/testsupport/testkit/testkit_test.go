@@ -1,8 +1,11 @@
 package testkit_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -89,3 +92,46 @@ type recorder struct {
 
 func (r *recorder) Errorf(string, ...any) { r.failed = true }
 func (r *recorder) Helper()               {}
+
+// skipRecorder is a testing.TB whose Skipf and Fatalf record their message
+// (and return: Value and Need then go on, which the test ignores).
+type skipRecorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *skipRecorder) Skipf(format string, args ...any) { r.skipped = fmt.Sprintf(format, args...) }
+
+func (r *skipRecorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
+
+// A service whose variable is unset is never guessed at: its tests skip
+// with "Name: set Env ...", the text scripts/test.sh's summary groups by,
+// or fail with FENCEKIT_REQUIRE_DB=1.
+func TestServiceSkips(t *testing.T) {
+	for _, s := range []testkit.Service{testkit.PostgreSQL, testkit.MySQL, testkit.PgBouncer, testkit.Redis} {
+		t.Setenv(s.Env, "")
+		t.Setenv(testkit.EnvRequireDB, "")
+		r := &skipRecorder{TB: t}
+		if v := s.Value(r); v != "" || r.failed != "" || !strings.HasPrefix(r.skipped, s.Name+": set "+s.Env+" to run these tests (") {
+			t.Errorf("%s unset: value %q, skipped %q, failed %q", s.Env, v, r.skipped, r.failed)
+		}
+		t.Setenv(testkit.EnvRequireDB, "1")
+		r = &skipRecorder{TB: t}
+		if s.Value(r); r.skipped != "" || !strings.Contains(r.failed, s.Env) || !strings.Contains(r.failed, testkit.EnvRequireDB+"=1") {
+			t.Errorf("%s unset, %s=1: skipped %q, failed %q", s.Env, testkit.EnvRequireDB, r.skipped, r.failed)
+		}
+		t.Setenv(s.Env, "somewhere")
+		if v := s.Value(&skipRecorder{TB: t}); v != "somewhere" {
+			t.Errorf("%s=somewhere: value %q", s.Env, v)
+		}
+	}
+	if v := testkit.DSN(&skipRecorder{TB: t}, testkit.EnvPostgresDSN); v != "somewhere" {
+		t.Errorf("DSN = %q", v)
+	}
+	t.Setenv(testkit.EnvRequireDB, "")
+	r := &skipRecorder{TB: t}
+	testkit.Redis.Unreachable(r, errors.New("connection refused"))
+	if r.skipped != "Redis: the server FENCEKIT_REDIS_ADDR names does not answer: connection refused" {
+		t.Errorf("Unreachable skipped %q", r.skipped)
+	}
+}
