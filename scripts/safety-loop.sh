@@ -8,8 +8,8 @@
 #   scripts/safety-loop.sh [runs]          # 30 runs by default
 #   FENCEKIT_ETCD_VERSION=3.5 scripts/safety-loop.sh 10
 #
-# The server of FENCEKIT_ETCD_VERSION (3.7 by default) must be built
-# already: scripts/test.sh builds it, or run the test once. The SQL
+# The server of FENCEKIT_ETCD_VERSION (3.7 by default) is built first if
+# it is not yet (internal/etcdproc/cmd/buildetcd). The SQL
 # workloads run when their variables are set (FENCEKIT_PG_DSN,
 # FENCEKIT_MYSQL_DSN), as in CI. Each run's output is kept in a
 # temporary directory, whose name is printed. It exits non-zero when any
@@ -19,6 +19,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-30}
 out=$(mktemp -d /tmp/fencekit-safety-loop.XXXXXX)
 bin=$out/integration.test
+go run ./internal/etcdproc/cmd/buildetcd
 (cd integration && go test -c -o "$bin" .)
 printf '== %d runs on etcd %s; logs in %s\n' "$runs" "${FENCEKIT_ETCD_VERSION:-3.7}" "$out"
 # sum_field adds up field (handovers, early) over the guarded lines'

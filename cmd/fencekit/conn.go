@@ -246,7 +246,8 @@ func readPassword(e *Env) (string, error) {
 //   - a usage error (64): an invalid lock name or set of names, a TTL etcd would raise, a
 //     lock used with another kind or size (ErrMismatch): calling again
 //     the same way cannot help;
-//   - not acquired (75): ErrHeld;
+//   - not acquired (75): ErrHeld (also when a try that found the lock
+//     held could not confirm its records gone: a *LeftBehindError);
 //   - lost (79): the lease ended without being released (ErrLost and its
 //     causes, ErrNotOwner, ErrNotFound);
 //   - refused (1): a force release naming another holder (NotHolderError,
@@ -255,8 +256,10 @@ func readPassword(e *Env) (string, error) {
 //     or no leader where one was expected (leader handles ErrNoLeader
 //     itself, as a "no"); fencekit uses none of these that way, so it is
 //     a bug;
-//   - a connection error (69): permission denied, an outcome unknown, and
-//     everything else (etcd's own errors, a deadline, a retryable failure).
+//   - a connection error (69): permission denied, an outcome unknown,
+//     records a failed try left behind for another reason (ErrLeftBehind),
+//     and everything else (etcd's own errors, a deadline, a retryable
+//     failure).
 //
 // The order matters where an error matches several: a lost lease that is
 // also retryable is lost.

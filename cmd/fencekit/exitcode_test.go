@@ -32,6 +32,7 @@ var exitCodes = map[string]struct {
 	"ErrMismatch":         {lease.ErrMismatch, ExitUsage},
 	"ErrPermissionDenied": {lease.ErrPermissionDenied, ExitConn},
 	"ErrOutcomeUnknown":   {lease.ErrOutcomeUnknown, ExitConn},
+	"ErrLeftBehind":       {lease.ErrLeftBehind, ExitConn},
 	"ErrRetryable":        {lease.ErrRetryable, ExitConn},
 	"ErrHeld":             {lease.ErrHeld, ExitNotAcquired},
 	"ErrLost":             {lease.ErrLost, ExitLost},
