@@ -91,12 +91,12 @@ func (h *holdRec) timing() string {
 }
 
 // during names the faults among windows that overlap [from, to], each
-// with its start relative to to.
+// with its start and end (its heal) relative to to.
 func during(from, to int64, windows []window) []string {
 	var ws []string
 	for _, w := range windows {
 		if w.to >= from && w.from <= to {
-			ws = append(ws, fmt.Sprintf("%s@%v", w.kind, time.Duration(w.from-to).Round(time.Millisecond)))
+			ws = append(ws, fmt.Sprintf("%s@%v..%v", w.kind, time.Duration(w.from-to).Round(time.Millisecond), time.Duration(w.to-to).Round(time.Millisecond)))
 		}
 	}
 	return ws
