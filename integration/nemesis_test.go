@@ -60,6 +60,10 @@ type window struct {
 	kind     string
 	worker   int
 	from, to int64
+	// taken names, for a fault that took records away (faults.Taker),
+	// the records it took by their creation revisions; nil for the
+	// other faults.
+	taken []int64
 }
 
 func (n *nemesis) allLines() []int {
@@ -108,8 +112,15 @@ func (n *nemesis) applyTo(ctx context.Context, f faults.Fault, hold time.Duratio
 		sleep(ctx, hold)
 	}
 	n.heal(ctx, f)
+	w := window{kind: f.Kind(), worker: worker, from: from, to: time.Now().UnixNano()}
+	if tf, ok := f.(faults.Taker); ok {
+		w.taken = tf.Taken()
+		if w.taken == nil {
+			w.taken = []int64{}
+		}
+	}
 	n.mu.Lock()
-	n.windows = append(n.windows, window{kind: f.Kind(), worker: worker, from: from, to: time.Now().UnixNano()})
+	n.windows = append(n.windows, w)
 	n.mu.Unlock()
 	return took
 }

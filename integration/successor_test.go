@@ -44,10 +44,13 @@ var takenAway = map[string]bool{
 // checkSuccessors checks every hand-over of one shard's lock, in token
 // order: the holder of one token must have learned that its hold was over
 // (it began to release, or its lease's Done closed) before the holder of
-// the next token's Acquire returned. A hand-over is excused when, between
-// the two acquisitions, a fault took leases away behind their holders'
-// backs (revoke, delete-key, compacted-watch), or froze the first holder's
-// worker process (it cannot signal anything while stopped).
+// the next token's Acquire returned. A hand-over is excused when a fault
+// took the first holder's record away behind its back (revoke, delete-key,
+// compacted-watch: the faults that name the records they took, whenever
+// the holder's Acquire returned, even after the fault), or when, between
+// the two acquisitions, such a fault that names nothing ran or the first
+// holder's worker process was frozen (it cannot signal anything while
+// stopped).
 func checkSuccessors(holds map[int64]*holdRec, windows []window) successorStats {
 	var st successorStats
 	toks := make([]int64, 0, len(holds))
@@ -63,7 +66,7 @@ func checkSuccessors(holds map[int64]*holdRec, windows []window) successorStats 
 		if prev.end != 0 && prev.end <= next.acq+int64(observeSlack) {
 			continue
 		}
-		if excused(prev, next, windows) {
+		if excused(toks[i-1], prev, next, windows) {
 			st.excused++
 			continue
 		}
@@ -113,12 +116,21 @@ func during(from, to int64, windows []window) []string {
 const observeSlack = 50 * time.Millisecond
 
 // excused reports whether a fault among windows explains an early
-// hand-over from prev to next. A worker process frozen just after its
-// Acquire returned records its acquisition when it wakes, possibly after
-// its successor's: the window starts at the earlier of the two.
-func excused(prev, next *holdRec, windows []window) bool {
+// hand-over from prev (whose token is tok) to next. A fault that names
+// the records it took explains it when prev's is among them: its holder's
+// Acquire may have returned after the record was gone. Other faults count
+// by time. A worker process frozen just after its Acquire returned records
+// its acquisition when it wakes, possibly after its successor's: the
+// window starts at the earlier of the two.
+func excused(tok int64, prev, next *holdRec, windows []window) bool {
 	from := min(prev.acq, next.acq)
 	for _, w := range windows {
+		if w.taken != nil {
+			if slices.Contains(w.taken, tok) {
+				return true
+			}
+			continue
+		}
 		if w.to < from || w.from > next.acq {
 			continue
 		}
@@ -165,6 +177,17 @@ func TestCheckSuccessors(t *testing.T) {
 	if st.early != 0 || st.excused != 1 {
 		t.Errorf("the predecessor frozen before it noted its acquisition: %+v, want it excused", st)
 	}
+	// A fault that names the records it took explains the hand-over of
+	// those records only, whenever their holders' calls returned: here
+	// the revoke ran while token 20's Acquire was still under way.
+	named := []window{{kind: faults.KindRevoke, worker: -1, from: 200 * ms, to: 210 * ms, taken: []int64{20}}}
+	if st = checkSuccessors(holds, named); st.early != 0 || st.excused != 1 {
+		t.Errorf("a revoke that took token 20 before its Acquire returned: %+v, want it excused", st)
+	}
+	other := []window{{kind: faults.KindRevoke, worker: -1, from: 260 * ms, to: 270 * ms, taken: []int64{30}}}
+	if st = checkSuccessors(holds, other); st.early != 1 || st.excused != 0 {
+		t.Errorf("a revoke in between that took another record: %+v, want the early hand-over", st)
+	}
 	// Within the observer's slack: not early.
 	slack := map[int64]*holdRec{
 		70: {worker: 3, acq: 100 * ms, end: 300*ms + int64(observeSlack)/2, cause: "deadline"},
@@ -175,7 +198,8 @@ func TestCheckSuccessors(t *testing.T) {
 	}
 }
 
-// stubFault is a fault whose Inject returns err and does nothing else.
+// stubFault is a fault whose Inject returns err and does nothing else;
+// it says it took the record created at revision 10.
 type stubFault struct {
 	kind   string
 	err    error
@@ -185,6 +209,7 @@ type stubFault struct {
 func (f *stubFault) Kind() string                 { return f.kind }
 func (f *stubFault) Inject(context.Context) error { return f.err }
 func (f *stubFault) Heal(context.Context) error   { f.healed++; return nil }
+func (f *stubFault) Taken() []int64               { return []int64{10} }
 
 // A fault that took a lease away and then failed (CompactedWatch deleted
 // the holder's record, then its compaction failed) is counted and kept as

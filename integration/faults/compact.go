@@ -25,21 +25,22 @@ const compactFillers = 8
 // the record is deleted the lock has been taken away: a later failure (the
 // writes or the compaction) returns an error matching ErrPartial, with
 // the links still cut until Heal. A delete whose reply never came returns
-// an error matching ErrOutcomeUnknown, with the links restored.
+// an error matching ErrOutcomeUnknown, with the links restored. The fault
+// is a Taker: Taken names the record it deleted (or may have).
 //
 // The writes go to ScratchKey, deleted again before compacting. Compaction is for the whole
 // cluster: every watcher that is behind loses its watch too.
 func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) Fault {
 	heal := each(proxies, false, (*Proxy).Resume, (*Proxy).ResetConns)
-	return &funcFault{kind: KindCompactedWatch, heal: heal, inject: func(ctx context.Context) (err error) {
+	return &takeFault{kind: KindCompactedWatch, heal: heal, inject: func(ctx context.Context) (taken []int64, err error) {
 		// Find the holder first, so that a lock nobody holds costs the
 		// holder's links nothing.
 		key, rev, _, err := Holder(ctx, cli, lockPrefix)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := each(proxies, true, (*Proxy).Blackhole)(ctx); err != nil {
-			return err
+			return nil, err
 		}
 		defer func() {
 			if err != nil && !errors.Is(err, ErrPartial) {
@@ -50,17 +51,17 @@ func CompactedWatch(cli *clientv3.Client, lockPrefix string, proxies ...*Proxy) 
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(clientv3.OpDelete(key)).Commit()
 		if err != nil {
-			return fmt.Errorf("%w: delete holder's record: %w", ErrOutcomeUnknown, err)
+			return []int64{rev}, fmt.Errorf("%w: delete holder's record: %w", ErrOutcomeUnknown, err)
 		}
 		if !resp.Succeeded {
-			return ErrNoTarget // released or replaced meanwhile
+			return nil, ErrNoTarget // released or replaced meanwhile
 		}
 		// The lock is taken away: from here on a failure leaves the
 		// links cut, for the caller to hold and heal.
 		if err := compactAfter(ctx, cli); err != nil {
-			return fmt.Errorf("%w: the holder's record was deleted: %w", ErrPartial, err)
+			return []int64{rev}, fmt.Errorf("%w: the holder's record was deleted: %w", ErrPartial, err)
 		}
-		return nil
+		return []int64{rev}, nil
 	}}
 }
 

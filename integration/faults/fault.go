@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -106,4 +107,52 @@ func (f *funcFault) Heal(ctx context.Context) error {
 		return nil
 	}
 	return f.heal(ctx)
+}
+
+// A Taker is a fault that takes lock records away behind their holders'
+// backs (DeleteHolder, RevokeHolder, CompactedWatch). Taken names the
+// records its last Inject deleted, or may have deleted (an outcome
+// unknown), by their creation revisions (the fencing tokens of the
+// acquisitions they belonged to); nil before any Inject or when it
+// deleted nothing. It lets a check tell the hand-overs a fault explains
+// from the rest, whenever the holders' calls returned.
+type Taker interface {
+	Fault
+	Taken() []int64
+}
+
+// takeFault is a Taker made of two functions; inject reports the records
+// it took (or may have), whatever its error.
+type takeFault struct {
+	kind   string
+	inject func(ctx context.Context) ([]int64, error)
+	heal   func(ctx context.Context) error
+
+	mu    sync.Mutex
+	taken []int64
+}
+
+func (f *takeFault) Kind() string { return f.kind }
+
+func (f *takeFault) Inject(ctx context.Context) error {
+	taken, err := f.inject(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.taken = taken
+	return err
+}
+
+func (f *takeFault) Heal(ctx context.Context) error {
+	if f.heal == nil {
+		return nil
+	}
+	return f.heal(ctx)
+}
+
+// Taken returns the creation revisions of the records the last Inject
+// took away, or may have.
+func (f *takeFault) Taken() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.taken...)
 }

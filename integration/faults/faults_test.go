@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -140,7 +141,12 @@ func TestRevokeHolder(t *testing.T) {
 	if err := faults.Apply(ctx, rev, 0); err != nil {
 		t.Fatal(err)
 	}
-	// Both locks hang on the same session lease.
+	// It names both records: they hang on the same session lease.
+	taken := rev.(faults.Taker).Taken()
+	slices.Sort(taken)
+	if want := []int64{a.Fence().Revision, b.Fence().Revision}; !slices.Equal(taken, want) {
+		t.Errorf("Taken() = %v, want %v", taken, want)
+	}
 	for _, l := range []*lease.Lease{a, b} {
 		select {
 		case <-l.Done():
@@ -320,6 +326,9 @@ func TestCompactedWatch(t *testing.T) {
 	f := faults.CompactedWatch(admin, faults.LockPrefix(lease.DefaultPrefix, "a"), p)
 	if err := f.Inject(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if taken := f.(faults.Taker).Taken(); !slices.Equal(taken, []int64{l.Fence().Revision}) {
+		t.Errorf("Taken() = %v, want the holder's record %d", taken, l.Fence().Revision)
 	}
 	// The record is gone, and the history behind the holder's watch.
 	resp, err := admin.Get(ctx, faults.LockPrefix(lease.DefaultPrefix, "a"), clientv3.WithPrefix())

@@ -42,47 +42,81 @@ func Holder(ctx context.Context, cli *clientv3.Client, lockPrefix string) (key s
 // of an operator or a buggy peer revoking a lease it does not own. The
 // holder learns it only from etcd; Heal does nothing. A revoke whose reply
 // never came returns an error matching ErrOutcomeUnknown: it may have
-// applied. cli must be a client
+// applied. The fault is a Taker: Taken names every record the revoke
+// deleted (or may have). cli must be a client
 // the fault may use freely: not one behind a proxy the test disrupts.
 func RevokeHolder(cli *clientv3.Client, lockPrefix string) Fault {
-	return &funcFault{kind: KindRevoke, inject: func(ctx context.Context) error {
+	return &takeFault{kind: KindRevoke, inject: func(ctx context.Context) ([]int64, error) {
 		_, _, id, err := Holder(ctx, cli, lockPrefix)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if id == clientv3.NoLease {
-			return ErrNoTarget
+			return nil, ErrNoTarget
 		}
-		if _, err := cli.Revoke(ctx, id); err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return fmt.Errorf("faults: revoke holder's lease: %w", err)
-			}
-			return fmt.Errorf("%w: revoke holder's lease: %w", ErrOutcomeUnknown, err)
+		before, err := attached(ctx, cli, id, 0)
+		if err != nil {
+			return nil, fmt.Errorf("faults: read the holder's records: %w", err)
 		}
-		return nil
+		resp, err := cli.Revoke(ctx, id)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return nil, fmt.Errorf("faults: revoke holder's lease: %w", err)
+		case err != nil:
+			return before, fmt.Errorf("%w: revoke holder's lease: %w", ErrOutcomeUnknown, err)
+		}
+		// The revoke deleted every record of the lease in one revision:
+		// the records it took are those of the revision before. Read
+		// them there (a record may have been written since the first
+		// read), or keep the first read if that history is gone.
+		if at, err := attached(ctx, cli, id, resp.Header.Revision-1); err == nil {
+			return at, nil
+		}
+		return before, nil
 	}}
+}
+
+// attached returns the creation revisions of the keys attached to lease
+// id at revision rev (0: now).
+func attached(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, rev int64) ([]int64, error) {
+	opts := []clientv3.OpOption{clientv3.WithFromKey()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := cli.Get(ctx, "\x00", opts...)
+	if err != nil {
+		return nil, err
+	}
+	var revs []int64
+	for _, kv := range resp.Kvs {
+		if clientv3.LeaseID(kv.Lease) == id {
+			revs = append(revs, kv.CreateRevision)
+		}
+	}
+	return revs, nil
 }
 
 // DeleteHolder deletes the current holder's record of the lock under
 // lockPrefix behind the holder's back, comparing its creation revision so
 // that it never deletes a newer record by mistake. The next waiter, if any,
 // becomes the holder. Heal does nothing. A delete whose reply never came
-// returns an error matching ErrOutcomeUnknown: it may have applied.
+// returns an error matching ErrOutcomeUnknown: it may have applied. The
+// fault is a Taker: Taken names the record it deleted (or may have).
 func DeleteHolder(cli *clientv3.Client, lockPrefix string) Fault {
-	return &funcFault{kind: KindDeleteKey, inject: func(ctx context.Context) error {
+	return &takeFault{kind: KindDeleteKey, inject: func(ctx context.Context) ([]int64, error) {
 		key, rev, _, err := Holder(ctx, cli, lockPrefix)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		resp, err := cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(clientv3.OpDelete(key)).Commit()
 		if err != nil {
-			return fmt.Errorf("%w: delete holder's record: %w", ErrOutcomeUnknown, err)
+			return []int64{rev}, fmt.Errorf("%w: delete holder's record: %w", ErrOutcomeUnknown, err)
 		}
 		if !resp.Succeeded {
-			return ErrNoTarget // released or replaced meanwhile
+			return nil, ErrNoTarget // released or replaced meanwhile
 		}
-		return nil
+		return []int64{rev}, nil
 	}}
 }
