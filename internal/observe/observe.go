@@ -199,12 +199,6 @@ func (o *Observer) Observe(ctx context.Context, span trace.Span, d Decision) {
 	}
 }
 
-// Word returns d's outcome word: its Condition's Word, or its Outcome's.
-func (o *Observer) Word(d Decision) string {
-	w, _ := o.classify(d)
-	return w
-}
-
 // Count counts d in the metric, when there is one.
 func (o *Observer) Count(d Decision) {
 	w, _ := o.classify(d)
@@ -282,16 +276,34 @@ func (o *Observer) series(word string) {
 	}
 }
 
-// classify returns d's word and Report.
-func (o *Observer) classify(d Decision) (string, Report) {
-	if d.Outcome == fence.Failed && d.Err != nil {
-		for _, c := range o.spec.Conditions {
-			for _, e := range c.Errs {
-				if errors.Is(d.Err, e) {
-					return c.Word, c.Report
-				}
+// Word returns d's outcome word: the Word of the first of the Conditions
+// that d's error matches, when d failed, or else its Outcome's.
+func (s *Spec) Word(d Decision) string {
+	if c := s.condition(d); c != nil {
+		return c.Word
+	}
+	return d.Outcome.String()
+}
+
+// condition returns the Condition of d, nil when d is not one.
+func (s *Spec) condition(d Decision) *Condition {
+	if d.Outcome != fence.Failed || d.Err == nil {
+		return nil
+	}
+	for i, c := range s.Conditions {
+		for _, e := range c.Errs {
+			if errors.Is(d.Err, e) {
+				return &s.Conditions[i]
 			}
 		}
+	}
+	return nil
+}
+
+// classify returns d's word and Report.
+func (o *Observer) classify(d Decision) (string, Report) {
+	if c := o.spec.condition(d); c != nil {
+		return c.Word, c.Report
 	}
 	var r Report
 	if int(d.Outcome) < len(o.reports) {
