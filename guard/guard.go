@@ -98,7 +98,7 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 //     from the Target's (outcome wrong_lock);
 //   - "mark": the revision of the resource's mark, when known;
 //   - "error": the reason, for outcomes failed, unverified and
-//     mark_ahead.
+//     mark_ahead, with lock names replaced by their hashes (LockHash).
 //
 // Never an owner token: those never reach this package. By default nothing
 // is logged.
