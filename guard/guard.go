@@ -11,8 +11,8 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -63,14 +63,8 @@ func (t Target) validate() error {
 	return nil
 }
 
-// event describes one decision, for metrics and the log.
-type event struct {
-	outcome        fence.Outcome
-	resource, lock string      // the Target the token was checked against
-	token          fence.Token // zero when missing or unparsable
-	mark           fence.Token // the mark after the decision, when known
-	err            error       // nil when accepted
-}
+// event is one decision, for the Guard's Observer.
+type event = observe.Decision
 
 // Option configures a Guard.
 type Option interface {
@@ -78,11 +72,9 @@ type Option interface {
 }
 
 type config struct {
-	logger        *slog.Logger
-	registerer    prometheus.Registerer
+	obs           observe.Options
 	resourceLabel bool
 	verifier      Verifier
-	tracer        trace.Tracer // nil without WithTracerProvider
 	checkTimeout  time.Duration
 }
 
@@ -106,18 +98,12 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 //     from the Target's (outcome wrong_lock);
 //   - "mark": the revision of the resource's mark, when known;
 //   - "error": the reason, for outcomes failed, unverified and
-//     mark_ahead.
+//     mark_ahead, with lock names replaced by their hashes (LockHash).
 //
 // Never an owner token: those never reach this package. By default nothing
 // is logged.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error {
-		if l == nil {
-			return errors.New("guard: nil logger")
-		}
-		c.logger = l
-		return nil
-	})
+	return optionFunc(func(c *config) error { return observe.Set(&c.obs.Logger, l, errors.New("guard: nil logger")) })
 }
 
 // WithMetrics registers the Guard's Prometheus metrics on reg (nothing is
@@ -130,11 +116,7 @@ func WithLogger(l *slog.Logger) Option {
 // WithResourceLabel: New fails otherwise.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
-		if reg == nil {
-			return errors.New("guard: nil metrics registerer")
-		}
-		c.registerer = reg
-		return nil
+		return observe.Set(&c.obs.Registerer, reg, errors.New("guard: nil metrics registerer"))
 	})
 }
 
@@ -181,9 +163,7 @@ func WithCheckTimeout(d time.Duration) Option {
 type Guard struct {
 	store  Store
 	ver    Verifier // nil without WithVerifier
-	log    *slog.Logger
-	met    *metrics     // nil without WithMetrics
-	tracer trace.Tracer // nil without WithTracerProvider
+	obs    *observe.Observer
 	budget time.Duration
 
 	mu    sync.Mutex
@@ -212,21 +192,14 @@ func New(store Store, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
-	}
-	var met *metrics
-	switch {
-	case cfg.registerer != nil:
-		met = newMetrics(cfg.resourceLabel)
-		if err := met.register(cfg.registerer); err != nil {
-			return nil, err
-		}
-	case cfg.resourceLabel:
+	if cfg.resourceLabel && cfg.obs.Registerer == nil {
 		return nil, errors.New("guard: WithResourceLabel without WithMetrics")
 	}
-	return &Guard{store: store, ver: cfg.verifier, log: cfg.logger, met: met, tracer: cfg.tracer,
-		budget: cfg.checkTimeout, locks: map[string]*resLock{}}, nil
+	obs, err := observe.New(spec(cfg.resourceLabel), cfg.obs)
+	if err != nil {
+		return nil, err
+	}
+	return &Guard{store: store, ver: cfg.verifier, obs: obs, budget: cfg.checkTimeout, locks: map[string]*resLock{}}, nil
 }
 
 // Do runs write if t may write the Target's resource, and returns its
@@ -276,15 +249,14 @@ func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr err
 		panic("guard: Serve with nil write")
 	}
 	if tokErr != nil {
-		sctx, span := g.startSpan(ctx, opServe, tgt)
-		ev := event{outcome: fence.Malformed, resource: tgt.Resource, lock: tgt.Lock}
+		ev := event{Op: opServe, Outcome: fence.Malformed, Resource: tgt.Resource, Lock: tgt.Lock}
 		if errors.Is(tokErr, fence.ErrMissing) {
-			ev.outcome = fence.Missing
+			ev.Outcome = fence.Missing
 		}
-		ev.err = unreadable(ev, tokErr)
-		g.observe(sctx, ev)
-		endSpan(span, ev)
-		return false, ev.err
+		sctx, span := g.obs.Start(ctx, ev)
+		ev.Err = unreadable(ev, tokErr)
+		g.obs.Observe(sctx, span, ev)
+		return false, ev.Err
 	}
 	return g.do(ctx, opServe, tgt, t, write)
 }
@@ -295,10 +267,10 @@ func (g *Guard) Serve(ctx context.Context, tgt Target, t fence.Token, tokErr err
 func unreadable(ev event, err error) *fence.RefusedError {
 	var r *fence.RefusedError
 	if !errors.As(err, &r) {
-		return refusal(ev, ev.outcome, err)
+		return refusal(ev, ev.Outcome, err)
 	}
 	named := *r
-	named.Outcome, named.Resource, named.Lock = ev.outcome, ev.resource, ev.lock
+	named.Outcome, named.Resource, named.Lock = ev.Outcome, ev.Resource, ev.Lock
 	return &named
 }
 
@@ -308,28 +280,28 @@ func unreadable(ev event, err error) *fence.RefusedError {
 // ev's resource without another allocation; a new one otherwise.
 func storeRefusal(ev event, o fence.Outcome, err error) *fence.RefusedError {
 	r, ok := err.(*fence.RefusedError)
-	if !ok || r.Outcome != o || r.Resource != "" || r.Token != ev.token || r.Err != nil {
+	if !ok || r.Outcome != o || r.Resource != "" || r.Token != ev.Token || r.Err != nil {
 		return refusal(ev, o, nil)
 	}
-	r.Resource, r.Lock, r.Mark = ev.resource, ev.lock, ev.mark
+	r.Resource, r.Lock, r.Mark = ev.Resource, ev.Lock, ev.Mark
 	return r
 }
 
 // refusal is the *fence.RefusedError of outcome o for the decision ev,
 // with detail err.
 func refusal(ev event, o fence.Outcome, err error) *fence.RefusedError {
-	return &fence.RefusedError{Outcome: o, Resource: ev.resource, Lock: ev.lock, Token: ev.token, Mark: ev.mark, Err: err}
+	return &fence.RefusedError{Outcome: o, Resource: ev.Resource, Lock: ev.Lock, Token: ev.Token, Mark: ev.Mark, Err: err}
 }
 
 // do is Do, reporting whether write ran, so that callers can tell write's
 // errors from the Guard's. op names the decision's span.
 func (g *Guard) do(ctx context.Context, op string, tgt Target, t fence.Token, write func(context.Context) error) (ran bool, err error) {
-	sctx, span := g.startSpan(ctx, op, tgt)
+	sctx, span := g.obs.Start(ctx, event{Op: op, Resource: tgt.Resource, Lock: tgt.Lock})
 	unlock, ev := g.check(sctx, tgt, t)
-	g.observe(sctx, ev)
-	endSpan(span, ev)
+	ev.Op = op
+	g.obs.Observe(sctx, span, ev)
 	if unlock == nil {
-		return false, ev.err
+		return false, ev.Err
 	}
 	defer unlock()
 	return true, write(fence.NewContext(ctx, t))
@@ -339,31 +311,31 @@ func (g *Guard) do(ctx context.Context, op string, tgt Target, t fence.Token, wr
 // resource, which the caller holds until its write returns; otherwise it
 // returns nil and the resource is not held.
 func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock func(), ev event) {
-	ev = event{resource: tgt.Resource, lock: tgt.Lock, token: t}
+	ev = event{Resource: tgt.Resource, Lock: tgt.Lock, Token: t}
 	if !g.precheck(tgt, t, &ev) {
 		return nil, ev
 	}
 	unlock, err := g.lock(ctx, tgt.Resource)
 	if err != nil {
-		ev.outcome, ev.err = fence.Failed, err
+		ev.Outcome, ev.Err = fence.Failed, err
 		return nil, ev
 	}
 	if vs, ok := g.store.(VerifyingStore); ok && g.ver != nil {
 		mark, err := g.bounded(ctx, false, func(bctx context.Context) (fence.Token, error) {
 			return vs.AdvanceVerified(bctx, tgt.Resource, t, g.ver)
 		})
-		ev.mark = mark
+		ev.Mark = mark
 		g.decideVerified(ctx, &ev, err)
 	} else {
 		unlock = g.advance(ctx, tgt, t, &ev, unlock)
 	}
-	if ev.outcome == fence.Accepted {
+	if ev.Outcome == fence.Accepted {
 		return unlock, ev
 	}
 	if unlock != nil {
 		unlock()
 	}
-	if ev.outcome == fence.Stale {
+	if ev.Outcome == fence.Stale {
 		g.diagnoseStale(ctx, &ev)
 	}
 	return nil, ev
@@ -373,15 +345,15 @@ func (g *Guard) check(ctx context.Context, tgt Target, t fence.Token) (unlock fu
 // token of another lock. It reports whether t is still to be decided.
 func (g *Guard) precheck(tgt Target, t fence.Token, ev *event) bool {
 	if err := tgt.validate(); err != nil {
-		ev.outcome, ev.err = fence.Failed, err
+		ev.Outcome, ev.Err = fence.Failed, err
 		return false
 	}
 	if err := t.Validate(); err != nil {
-		ev.outcome, ev.err = fence.Malformed, refusal(*ev, fence.Malformed, err)
+		ev.Outcome, ev.Err = fence.Malformed, refusal(*ev, fence.Malformed, err)
 		return false
 	}
 	if t.Lock != tgt.Lock {
-		ev.outcome, ev.err = fence.WrongLock, refusal(*ev, fence.WrongLock, nil)
+		ev.Outcome, ev.Err = fence.WrongLock, refusal(*ev, fence.WrongLock, nil)
 		return false
 	}
 	return true
@@ -450,14 +422,14 @@ func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *even
 		}
 		var err error
 		if unlock, err = g.lock(ctx, tgt.Resource); err != nil {
-			ev.outcome, ev.err = fence.Failed, err
+			ev.Outcome, ev.Err = fence.Failed, err
 			return nil
 		}
 	}
 	mark, err := g.bounded(ctx, true, func(bctx context.Context) (fence.Token, error) {
 		return g.store.Advance(bctx, tgt.Resource, t)
 	})
-	ev.mark = mark
+	ev.Mark = mark
 	g.decide(ctx, ev, err)
 	return unlock
 }
@@ -470,7 +442,7 @@ func (g *Guard) advance(ctx context.Context, tgt Target, t fence.Token, ev *even
 // costs one Verify per stale refusal.
 func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
 	var rej *fence.RefusedError
-	if !errors.As(ev.err, &rej) {
+	if !errors.As(ev.Err, &rej) {
 		return
 	}
 	if g.ver == nil {
@@ -479,9 +451,9 @@ func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
 	}
 	bctx, cancel := g.budgetFor(ctx)
 	defer cancel()
-	if g.ver.Verify(bctx, ev.token) == nil {
+	if g.ver.Verify(bctx, ev.Token) == nil {
 		rej.Outcome, rej.Err = fence.MarkAhead, errAhead
-		ev.outcome = fence.MarkAhead
+		ev.Outcome = fence.MarkAhead
 	}
 }
 
@@ -490,13 +462,13 @@ func (g *Guard) diagnoseStale(ctx context.Context, ev *event) {
 func (g *Guard) decide(ctx context.Context, ev *event, err error) {
 	switch {
 	case err == nil:
-		ev.outcome = fence.Accepted
+		ev.Outcome = fence.Accepted
 	case errors.Is(err, fence.ErrStale):
-		ev.outcome, ev.err = fence.Stale, storeRefusal(*ev, fence.Stale, err)
+		ev.Outcome, ev.Err = fence.Stale, storeRefusal(*ev, fence.Stale, err)
 	case errors.Is(err, fence.ErrWrongLock):
-		ev.outcome, ev.err = fence.WrongLock, storeRefusal(*ev, fence.WrongLock, err)
+		ev.Outcome, ev.Err = fence.WrongLock, storeRefusal(*ev, fence.WrongLock, err)
 	default:
-		ev.outcome, ev.err = fence.Failed, g.failure(ctx, fmt.Sprintf("advance mark of %q", ev.resource), err)
+		ev.Outcome, ev.Err = fence.Failed, g.failure(ctx, fmt.Sprintf("advance mark of %q", ev.Resource), err)
 	}
 }
 
@@ -504,7 +476,7 @@ func (g *Guard) decide(ctx context.Context, ev *event, err error) {
 // error may also be the Verifier's.
 func (g *Guard) decideVerified(ctx context.Context, ev *event, err error) {
 	if errors.Is(err, fence.ErrUnverified) {
-		ev.outcome, ev.err = fence.Unverified, unverified(*ev, err)
+		ev.Outcome, ev.Err = fence.Unverified, unverified(*ev, err)
 		return
 	}
 	g.decide(ctx, ev, err)
@@ -522,10 +494,10 @@ func (g *Guard) readMark(ctx context.Context, tgt Target, t fence.Token, ev *eve
 		mark, err = fence.Token{}, nil
 	}
 	if err != nil {
-		ev.outcome, ev.err = fence.Failed, g.failure(ctx, fmt.Sprintf("read mark of %q", tgt.Resource), err)
+		ev.Outcome, ev.Err = fence.Failed, g.failure(ctx, fmt.Sprintf("read mark of %q", tgt.Resource), err)
 		return mark, false
 	}
-	ev.mark = mark
+	ev.Mark = mark
 	if err := fence.Check(mark, t); err != nil || mark == t {
 		g.decide(ctx, ev, err)
 		return mark, false
@@ -543,10 +515,10 @@ func (g *Guard) verify(ctx context.Context, tgt Target, t, mark fence.Token, ev 
 	case err == nil:
 		return true
 	case errors.Is(err, fence.ErrUnverified):
-		ev.mark = mark
-		ev.outcome, ev.err = fence.Unverified, unverified(*ev, err)
+		ev.Mark = mark
+		ev.Outcome, ev.Err = fence.Unverified, unverified(*ev, err)
 	default:
-		ev.outcome, ev.err = fence.Failed, g.failure(ctx, fmt.Sprintf("verify token for %q", tgt.Resource), err)
+		ev.Outcome, ev.Err = fence.Failed, g.failure(ctx, fmt.Sprintf("verify token for %q", tgt.Resource), err)
 	}
 	return false
 }
@@ -560,7 +532,7 @@ func unverified(ev event, err error) *fence.RefusedError {
 		return refusal(ev, fence.Unverified, err)
 	}
 	named := *r
-	named.Resource, named.Lock, named.Token, named.Mark = ev.resource, ev.lock, ev.token, ev.mark
+	named.Resource, named.Lock, named.Token, named.Mark = ev.Resource, ev.Lock, ev.Token, ev.Mark
 	return &named
 }
 
@@ -642,41 +614,3 @@ func (g *Guard) release(resource string, l *resLock) {
 // the first 16 hex digits of its SHA-256. Use it to find the records of a
 // lock by name.
 func LockHash(lock string) string { return logattr.Hash(lock) }
-
-func (g *Guard) observe(ctx context.Context, e event) {
-	if g.met != nil {
-		g.met.observe(e)
-	}
-	level, msg := slog.LevelWarn, "guard: fencing token refused"
-	switch e.outcome {
-	case fence.Accepted:
-		level, msg = slog.LevelDebug, "guard: fencing token accepted"
-	case fence.Missing:
-		msg = "guard: fencing token missing"
-	case fence.Failed:
-		level, msg = slog.LevelError, "guard: fencing check failed"
-	case fence.MarkAhead:
-		level, msg = slog.LevelError, "guard: mark ahead of the lock service; reset it (Guard.ResetMark)"
-	}
-	if !g.log.Enabled(ctx, level) {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 7)
-	attrs = append(attrs,
-		logattr.Outcome(e.outcome.String()),
-		slog.String("resource", e.resource),
-		logattr.Lock(e.lock))
-	if !e.token.IsZero() {
-		attrs = append(attrs, logattr.Fence(e.token.Revision))
-		if e.token.Lock != e.lock {
-			attrs = append(attrs, slog.String("fence_lock", LockHash(e.token.Lock)))
-		}
-	}
-	if !e.mark.IsZero() {
-		attrs = append(attrs, slog.Int64("mark", e.mark.Revision))
-	}
-	if (e.outcome == fence.Failed || e.outcome == fence.Unverified || e.outcome == fence.MarkAhead) && e.err != nil {
-		attrs = append(attrs, slog.String("error", e.err.Error()))
-	}
-	g.log.LogAttrs(ctx, level, msg, attrs...)
-}

@@ -135,7 +135,7 @@ func (g *Guard) ResetMark(ctx context.Context, resource string, old, next fence.
 	if err := r.ResetMark(ctx, resource, old, next); err != nil {
 		return err
 	}
-	g.log.LogAttrs(ctx, slog.LevelWarn, "guard: mark reset by operator",
+	g.obs.Logger().LogAttrs(ctx, slog.LevelWarn, "guard: mark reset by operator",
 		slog.String("resource", resource), logattr.Lock(next.Lock),
 		slog.Int64("mark_old", old.Revision), slog.Int64("mark", next.Revision))
 	return nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/fencekit/fencekit/owner"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -110,13 +111,7 @@ func WithSafetyMargin(d time.Duration) Option {
 // released, lost). Records carry a hash of the lock name, the owner digest
 // and the fencing revision, never an owner token. The default discards.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error {
-		if l == nil {
-			return errors.New("lease: nil logger")
-		}
-		c.logger = l
-		return nil
-	})
+	return optionFunc(func(c *config) error { return observe.Set(&c.logger, l, errors.New("lease: nil logger")) })
 }
 
 // WithInstanceID sets the instance id that owner tokens of this Client carry
@@ -141,10 +136,6 @@ func WithInstanceID(id string) Option {
 // collectors.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
-		if reg == nil {
-			return errors.New("lease: nil metrics registerer")
-		}
-		c.registerer = reg
-		return nil
+		return observe.Set(&c.registerer, reg, errors.New("lease: nil metrics registerer"))
 	})
 }

@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultPrefix is the prefix of the mark keys of a Guard made without
@@ -29,11 +27,9 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix     string
-	verifier   guard.Verifier
-	logger     *slog.Logger
-	registerer prometheus.Registerer
-	tracer     trace.Tracer
+	prefix   string
+	verifier guard.Verifier
+	obs      observe.Options
 }
 
 // WithPrefix sets the prefix of the mark keys (default DefaultPrefix). The
@@ -74,11 +70,9 @@ func WithVerifier(v guard.Verifier) Option {
 // or newer than its mark, checked, run and advanced in one server-side
 // script. It is safe for concurrent use.
 type Guard struct {
-	m      marks
-	ver    guard.Verifier // nil without WithVerifier
-	log    *slog.Logger
-	met    *metrics     // nil without WithMetrics
-	tracer trace.Tracer // nil without WithTracerProvider
+	m   marks
+	ver guard.Verifier // nil without WithVerifier
+	obs *observe.Observer
 
 	mu       sync.Mutex
 	verified map[string]int64 // lock name -> revision last verified
@@ -100,19 +94,11 @@ func New(cli redis.UniversalClient, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
+	obs, err := observe.New(spec, cfg.obs)
+	if err != nil {
+		return nil, err
 	}
-	g := &Guard{m: marks{cli: cli, prefix: cfg.prefix}, ver: cfg.verifier, log: cfg.logger,
-		tracer: cfg.tracer, verified: map[string]int64{}}
-	if cfg.registerer != nil {
-		met, err := newMetrics(cfg.registerer)
-		if err != nil {
-			return nil, err
-		}
-		g.met = met
-	}
-	return g, nil
+	return &Guard{m: marks{cli: cli, prefix: cfg.prefix}, ver: cfg.verifier, obs: obs, verified: map[string]int64{}}, nil
 }
 
 // MarkKey returns the key of the resource's mark, a hash with the fields
@@ -277,20 +263,18 @@ func markOf(ctx context.Context, m *marks, resource string) (fence.Token, error)
 // run decides and runs one fenced write (or, with no cmds, a claim when
 // claim is set), observing the decision.
 func (g *Guard) run(ctx context.Context, op string, tgt guard.Target, t fence.Token, cmds []Cmd, claim bool) ([]any, error) {
-	sctx, span := g.startSpan(ctx, op, tgt)
+	sctx, span := g.obs.Start(ctx, event{Op: op, Resource: tgt.Resource, Lock: tgt.Lock})
 	replies, ev := g.decide(sctx, tgt, t, cmds, op == opClaim, claim)
-	ev.op = op
-	g.observe(sctx, ev)
-	endSpan(span, ev)
-	return replies, ev.err
+	ev.Op = op
+	g.obs.Observe(sctx, span, ev)
+	return replies, ev.Err
 }
 
 // refuseEarly observes a request refused before any check, and returns err.
 func (g *Guard) refuseEarly(ctx context.Context, op string, tgt guard.Target, t fence.Token, err error) error {
-	sctx, span := g.startSpan(ctx, op, tgt)
-	ev := event{op: op, outcome: outInvalid, resource: tgt.Resource, lock: tgt.Lock, token: t, err: err}
-	g.observe(sctx, ev)
-	endSpan(span, ev)
+	ev := event{Op: op, Outcome: fence.Failed, Resource: tgt.Resource, Lock: tgt.Lock, Token: t, Err: err}
+	sctx, span := g.obs.Start(ctx, ev)
+	g.obs.Observe(sctx, span, ev)
 	return err
 }
 
@@ -299,17 +283,17 @@ func (g *Guard) refuseEarly(ctx context.Context, op string, tgt guard.Target, t 
 // unclaimed with a verifier). isClaim makes an empty batch a claim;
 // fresh makes the claim verify t afresh.
 func (g *Guard) decide(ctx context.Context, tgt guard.Target, t fence.Token, cmds []Cmd, isClaim, fresh bool) ([]any, event) {
-	ev := event{resource: tgt.Resource, lock: tgt.Lock, token: t}
+	ev := event{Resource: tgt.Resource, Lock: tgt.Lock, Token: t}
 	b, err := g.check(tgt, t, cmds)
 	if err != nil {
-		ev.outcome, ev.err = classifyEarly(err), err
+		ev.Outcome, ev.Err = fence.OutcomeOf(err), err
 		return nil, ev
 	}
 	mode := g.mode(t)
 	if isClaim {
 		if g.ver != nil && fresh {
 			if err := g.verify(ctx, tgt.Resource, t, fence.Token{}); err != nil {
-				ev.setVerifyErr(err)
+				setVerifyErr(&ev, err)
 				return nil, ev
 			}
 		}
@@ -318,17 +302,17 @@ func (g *Guard) decide(ctx context.Context, tgt guard.Target, t fence.Token, cmd
 	for range 3 {
 		res, err := g.m.fence(ctx, tgt.Resource, t, mode, b, cmds)
 		if err != nil {
-			ev.outcome, ev.err = outFailed, err
+			ev.Outcome, ev.Err = fence.Failed, err
 			return nil, ev
 		}
-		ev.mark = res.mark
+		ev.Mark = res.mark
 		next, done := g.answer(ctx, tgt, t, res, &ev)
 		if done {
 			return res.replies, ev
 		}
 		mode = next
 	}
-	ev.outcome, ev.err = outFailed, fmt.Errorf("redisguard: resource %q: the mark kept changing during verification", tgt.Resource)
+	ev.Outcome, ev.Err = fence.Failed, fmt.Errorf("redisguard: resource %q: the mark kept changing during verification", tgt.Resource)
 	return nil, ev
 }
 
@@ -358,33 +342,33 @@ func (g *Guard) check(tgt guard.Target, t fence.Token, cmds []Cmd) (batch, error
 func (g *Guard) answer(ctx context.Context, tgt guard.Target, t fence.Token, res result, ev *event) (mode string, done bool) {
 	switch res.status {
 	case statusOK:
-		ev.outcome = outAccepted
-		ev.mark = t
+		ev.Outcome = fence.Accepted
+		ev.Mark = t
 		return "", true
 	case statusError:
-		ev.outcome, ev.err = outFailed, res.cmdErr
+		ev.Outcome, ev.Err = fence.Failed, res.cmdErr
 		return "", true
 	case statusStale, statusWrongLock:
-		ev.outcome = outStale
+		ev.Outcome = fence.Stale
 		if res.status == statusWrongLock {
-			ev.outcome = outWrongLock
+			ev.Outcome = fence.WrongLock
 		}
-		ev.err = refusal(tgt.Resource, res.status, res.mark, t)
+		ev.Err = refusal(tgt.Resource, res.status, res.mark, t)
 		return "", true
 	case statusVerify:
 		if err := g.verify(ctx, tgt.Resource, t, res.mark); err != nil {
-			ev.setVerifyErr(err)
+			setVerifyErr(ev, err)
 			return "", true
 		}
 		return modeRaise, false
 	}
 	// statusUnclaimed
 	if g.ver == nil {
-		ev.outcome, ev.err = outNotFound, unclaimed(tgt.Resource, res.mark)
+		ev.Outcome, ev.Err = fence.Failed, unclaimed(tgt.Resource, res.mark)
 		return "", true
 	}
 	if err := g.verify(ctx, tgt.Resource, t, res.mark); err != nil {
-		ev.setVerifyErr(err)
+		setVerifyErr(ev, err)
 		return "", true
 	}
 	return modeClaim, false

@@ -398,8 +398,8 @@ func (g engine) retry(ctx context.Context, begin backend.Begin, fenceStep, fn fu
 		if werr := backoff(ctx, attempt); werr != nil {
 			return errors.Join(werr, err)
 		}
-		if g.met != nil {
-			g.met.retries.Inc()
+		if g.retries != nil {
+			g.retries.Inc()
 		}
 		sp.retried(attempt)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -35,11 +36,7 @@ import (
 // tokens. Guards registering on the same reg share the collectors.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
-		if reg == nil {
-			return fmt.Errorf("%w: nil metrics registerer", ErrInvalid)
-		}
-		c.registerer = reg
-		return nil
+		return observe.Set(&c.obs.Registerer, reg, fmt.Errorf("%w: nil metrics registerer", ErrInvalid))
 	})
 }
 
@@ -58,77 +55,56 @@ func WithMetrics(reg prometheus.Registerer) Option {
 // (a hash of the idempotency key). By default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalid)
-		}
-		c.logger = l
-		return nil
+		return observe.Set(&c.obs.Logger, l, fmt.Errorf("%w: nil logger", ErrInvalid))
 	})
 }
 
-// The outcome label values of fencing decisions, in fence.Outcome's words.
-var (
-	outAccepted   = fence.Accepted.String()
-	outStale      = fence.Stale.String()
-	outWrongLock  = fence.WrongLock.String()
-	outMarkAhead  = fence.MarkAhead.String()
-	outUnverified = fence.Unverified.String()
-	outFailed     = fence.Failed.String()
+// The words of sqlguard's own conditions: errors, never a fence.Outcome,
+// that its metric, log and spans name.
+const (
+	wordNotFound  = "not_found"
+	wordDuplicate = "duplicate"
 )
 
-// The op and outcome label values.
-var (
-	metricOps      = []string{"fence", "update", "upsert", "claim", "record"}
-	metricOutcomes = []string{outAccepted, outStale, outWrongLock, outMarkAhead, "not_found", "duplicate", "retryable", "invalid", outUnverified, outFailed}
-)
-
-type metrics struct {
-	decisions *prometheus.CounterVec // op, outcome
-	retries   prometheus.Counter
+// spec is how a Guard counts its calls (see WithMetrics): by op, and by the
+// outcomes of fence.Outcome it decides or the word of its own condition.
+// Its log records and spans are its own (see decided and span).
+var spec = observe.Spec{
+	Package:  "sqlguard",
+	Help:     "Fence, Update, Upsert, Claim and Record calls by op and outcome: accepted, stale, wrong_lock, mark_ahead, not_found, duplicate, retryable, invalid, unverified, failed.",
+	Ops:      []string{"fence", "update", "upsert", "claim", "record"},
+	Outcomes: []fence.Outcome{fence.Accepted, fence.Stale, fence.WrongLock, fence.MarkAhead, fence.Unverified, fence.Failed},
+	Conditions: []observe.Condition{
+		{Word: wordDuplicate, Errs: []error{ErrDuplicate}},
+		{Word: wordNotFound, Errs: []error{ErrNoRow}},
+		{Word: "invalid", Errs: []error{ErrInvalid, ErrNeedTx}},
+		{Word: "retryable", Errs: []error{ErrRetryable}},
+	},
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencekit_sqlguard_decisions_total",
-			Help: "Fence, Update, Upsert, Claim and Record calls by op and outcome: accepted, stale, wrong_lock, mark_ahead, not_found, duplicate, retryable, invalid, unverified, failed.",
-		}, []string{"op", "outcome"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencekit_sqlguard_retries_total",
-			Help: "Transactions RunTx or Claim ran again after a retryable error.",
-		}),
+// newRetries registers fencekit_sqlguard_retries_total on reg; nil
+// without reg.
+func newRetries(reg prometheus.Registerer) (prometheus.Counter, error) {
+	if reg == nil {
+		return nil, nil
 	}
-	var errs [2]error
-	m.decisions, errs[0] = promreg.Register(reg, m.decisions)
-	m.retries, errs[1] = promreg.Register(reg, m.retries)
-	if err := errors.Join(errs[:]...); err != nil {
+	c, err := promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencekit_sqlguard_retries_total",
+		Help: "Transactions RunTx or Claim ran again after a retryable error.",
+	}))
+	if err != nil {
 		return nil, fmt.Errorf("sqlguard: register metrics: %w", err)
 	}
-	for _, op := range metricOps {
-		for _, o := range metricOutcomes {
-			m.decisions.WithLabelValues(op, o)
-		}
-	}
-	return m, nil
+	return c, nil
 }
 
-// outcome names the result err of a decision for metrics and logs.
-func outcome(err error) string {
-	if o := fence.OutcomeOf(err); o != fence.Failed {
-		return o.String()
-	}
-	switch {
-	case errors.Is(err, ErrDuplicate):
-		return "duplicate"
-	case errors.Is(err, ErrNoRow):
-		return "not_found"
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrNeedTx):
-		return "invalid"
-	case errors.Is(err, ErrRetryable):
-		return "retryable"
-	}
-	return outFailed
+// decision is the decision whose result is err.
+func decision(op string, err error) observe.Decision {
+	return observe.Decision{Op: op, Outcome: fence.OutcomeOf(err), Err: err}
 }
+
+// outcome names the result err of a decision for metrics, logs and spans.
+func outcome(err error) string { return spec.Word(decision("", err)) }
 
 // decidedIfErr is decided for a failure only: a step that passed is not a
 // decision yet.
@@ -141,11 +117,9 @@ func (g *Guard) decidedIfErr(ctx context.Context, op string, err error) error {
 
 // decided counts and logs the result err of op, and returns err.
 func (g *Guard) decided(ctx context.Context, op string, err error) error {
-	o := outcome(err)
-	if g.met != nil {
-		g.met.decisions.WithLabelValues(op, o).Inc()
-	}
-	if err == nil || !g.log.Enabled(ctx, slog.LevelWarn) {
+	d := decision(op, err)
+	g.obs.Count(d)
+	if err == nil || !g.obs.Logger().Enabled(ctx, slog.LevelWarn) {
 		return err
 	}
 	var attrs []slog.Attr
@@ -161,8 +135,8 @@ func (g *Guard) decided(ctx context.Context, op string, err error) error {
 	default:
 		return err
 	}
-	attrs = append([]slog.Attr{slog.String("op", op), logattr.Outcome(o)}, attrs...)
-	g.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
+	attrs = append([]slog.Attr{slog.String("op", op), logattr.Outcome(spec.Word(d))}, attrs...)
+	g.obs.Logger().LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 	return err
 }
 

@@ -4,15 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/fencekit/fencekit/sqlguard/internal/backend"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // DBTX is the part of database/sql that sqlguard runs statements through.
@@ -130,11 +129,9 @@ type config struct {
 	// request table is part of the schema unless only WithTable was given.
 	tableSet, requestsSet bool
 	attempts              int
-	registerer            prometheus.Registerer
-	logger                *slog.Logger
+	obs                   observe.Options
 	verifier              Verifier
 	cluster               string
-	tracer                trace.Tracer // nil without WithTracerProvider
 }
 
 type optionFunc func(*config) error
@@ -224,11 +221,10 @@ type Guard struct {
 	withReq  bool   // Schema, Migrate and CheckSchema include the request table
 	cluster  string // WithCluster's ID in hexadecimal, or ""
 	attempts int
-	met      *metrics // nil without WithMetrics
-	log      *slog.Logger
-	ver      Verifier // nil without WithVerifier
+	obs      *observe.Observer
+	retries  prometheus.Counter // nil without WithMetrics
+	ver      Verifier           // nil without WithVerifier
 	verified *verifiedCache
-	tracer   trace.Tracer // nil without WithTracerProvider
 }
 
 // New returns a Guard for dialect d. It returns an error matching ErrInvalid
@@ -244,15 +240,13 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 			return nil, fmt.Errorf("sqlguard: %w", err)
 		}
 	}
-	var met *metrics
-	if c.registerer != nil {
-		var err error
-		if met, err = newMetrics(c.registerer); err != nil {
-			return nil, err
-		}
+	obs, err := observe.New(spec, c.obs)
+	if err != nil {
+		return nil, err
 	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
+	retries, err := newRetries(c.obs.Registerer)
+	if err != nil {
+		return nil, err
 	}
 	return &Guard{
 		d:        d,
@@ -263,11 +257,10 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		withReq:  c.requestsSet || !c.tableSet,
 		cluster:  c.cluster,
 		attempts: c.attempts,
-		met:      met,
-		log:      c.logger,
+		obs:      obs,
+		retries:  retries,
 		ver:      c.verifier,
 		verified: &verifiedCache{},
-		tracer:   c.tracer,
 	}, nil
 }
 

@@ -8,26 +8,20 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/observe"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// tracerName names the instrumentation scope of the Guard's spans.
-const tracerName = "github.com/fencekit/fencekit/sqlguard"
-
 // Span attributes carry what the log records carry, under the keys of
-// packages lease and guard; never a lock name or an idempotency key (only
-// their hashes), never an owner token (those never reach this package).
+// packages lease and guard (observe.AttrOutcome, AttrLock, AttrFence,
+// AttrFenceLock, AttrMark, AttrResource) and these of sqlguard's own;
+// never a lock name or an idempotency key (only their hashes), never an
+// owner token (those never reach this package).
 const (
-	attrOutcome     = attribute.Key("fencekit.outcome")      // as the metrics' outcome label
 	attrMode        = attribute.Key("fencekit.mode")         // "table" (fence table) or "row" (row column)
 	attrTable       = attribute.Key("fencekit.table")        // the fence table, or the row-column table
-	attrLock        = attribute.Key("fencekit.lock")         // hash of the lock name, as the log's "lock"
-	attrFence       = attribute.Key("fencekit.fence")        // the token's revision, as the log's "fence"
-	attrFenceLock   = attribute.Key("fencekit.fence_lock")   // hash of the token's lock, when the resource's is another
-	attrMark        = attribute.Key("fencekit.mark")         // the revision the database holds, on a refusal
-	attrResource    = attribute.Key("fencekit.resource")     // the refusing resource, as the log's "resource"
 	attrResources   = attribute.Key("fencekit.resources")    // how many resources a fence covers
 	attrRows        = attribute.Key("fencekit.rows")         // rows an Update changed
 	attrAttempts    = attribute.Key("fencekit.attempts")     // transactions RunTx or Claim ran
@@ -81,11 +75,7 @@ const (
 // costs nothing; it never uses the global TracerProvider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) error {
-		if tp == nil {
-			return fmt.Errorf("%w: nil TracerProvider", ErrInvalid)
-		}
-		c.tracer = tp.Tracer(tracerName)
-		return nil
+		return observe.Set(&c.obs.TracerProvider, tp, fmt.Errorf("%w: nil TracerProvider", ErrInvalid))
 	})
 }
 
@@ -99,7 +89,8 @@ type span struct {
 // startSpan starts the span "fencekit.sqlguard."+op. table and tok may be
 // empty and zero (Record). It returns ctx and nil without a tracer.
 func (g *Guard) startSpan(ctx context.Context, op, mode, table string, tok fence.Token) (context.Context, *span) {
-	if g.tracer == nil {
+	tracer := g.obs.Tracer()
+	if tracer == nil {
 		return ctx, nil
 	}
 	attrs := make([]attribute.KeyValue, 0, 4)
@@ -110,12 +101,12 @@ func (g *Guard) startSpan(ctx context.Context, op, mode, table string, tok fence
 		attrs = append(attrs, attrTable.String(table))
 	}
 	if tok.Lock != "" {
-		attrs = append(attrs, attrLock.String(logattr.Hash(tok.Lock)))
+		attrs = append(attrs, observe.AttrLock.String(logattr.Hash(tok.Lock)))
 	}
 	if tok.Revision != 0 {
-		attrs = append(attrs, attrFence.Int64(tok.Revision))
+		attrs = append(attrs, observe.AttrFence.Int64(tok.Revision))
 	}
-	ctx, s := g.tracer.Start(ctx, "fencekit.sqlguard."+op, trace.WithAttributes(attrs...))
+	ctx, s := tracer.Start(ctx, "fencekit.sqlguard."+op, trace.WithAttributes(attrs...))
 	return ctx, &span{s: s, hide: []string{tok.Lock}}
 }
 
@@ -159,7 +150,7 @@ func (s *span) end(err error) {
 	if s == nil {
 		return
 	}
-	attrs := append(make([]attribute.KeyValue, 0, 6), attrOutcome.String(outcome(err)))
+	attrs := append(make([]attribute.KeyValue, 0, 6), observe.AttrOutcome.String(outcome(err)))
 	if err == nil {
 		s.s.SetAttributes(attrs...)
 		s.s.End()
@@ -183,15 +174,15 @@ func (s *span) end(err error) {
 // strings in hide (lock names, idempotency keys) nor row keys.
 func statusText(err error, hide []string) string {
 	switch outcome(err) {
-	case outMarkAhead:
+	case fence.MarkAhead.String():
 		return "sqlguard: stale fencing token: the mark is another etcd cluster's; see ResetMark"
-	case outStale:
+	case fence.Stale.String():
 		return "sqlguard: stale fencing token"
-	case outWrongLock:
+	case fence.WrongLock.String():
 		return "sqlguard: fencing token for another lock"
-	case "not_found":
+	case wordNotFound:
 		return "sqlguard: no row matches"
-	case "duplicate":
+	case wordDuplicate:
 		return "sqlguard: duplicate request"
 	}
 	return logattr.Redact(err.Error(), hide...)
@@ -204,16 +195,16 @@ func refusalSpan(r *fence.RefusedError, hide []string, attrs []attribute.KeyValu
 	case fence.Unverified:
 		return append(hide, r.Token.Lock), attrs
 	case fence.WrongLock:
-		return append(hide, r.Lock), append(attrs, attrResource.String(r.Resource), attrLock.String(logattr.Hash(r.Lock)),
-			attrFenceLock.String(logattr.Hash(r.Token.Lock)))
+		return append(hide, r.Lock), append(attrs, observe.AttrResource.String(r.Resource), observe.AttrLock.String(logattr.Hash(r.Lock)),
+			observe.AttrFenceLock.String(logattr.Hash(r.Token.Lock)))
 	}
-	attrs = append(attrs, attrResource.String(r.Resource), attrMark.Int64(r.Mark.Revision))
+	attrs = append(attrs, observe.AttrResource.String(r.Resource), observe.AttrMark.Int64(r.Mark.Revision))
 	var cl *clusterError
 	if errors.As(r.Err, &cl) {
 		attrs = append(attrs, attrMarkCluster.String(cl.markCluster), attrCluster.String(cl.cluster))
 	}
 	if r.Token.Lock != r.Lock {
-		attrs = append(attrs, attrLock.String(logattr.Hash(r.Lock)), attrFenceLock.String(logattr.Hash(r.Token.Lock)))
+		attrs = append(attrs, observe.AttrLock.String(logattr.Hash(r.Lock)), observe.AttrFenceLock.String(logattr.Hash(r.Token.Lock)))
 	}
 	return hide, attrs
 }

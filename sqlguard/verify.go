@@ -165,7 +165,7 @@ func (g engine) ResetMark(ctx context.Context, q backend.Querier, resource strin
 		}
 		return fmt.Errorf("sqlguard: mark of %q is %s, not %s: not reset: %w", resource, m.Token, old, fence.ErrMarkChanged)
 	}
-	g.log.LogAttrs(ctx, slog.LevelWarn, "sqlguard: mark reset by operator",
+	g.obs.Logger().LogAttrs(ctx, slog.LevelWarn, "sqlguard: mark reset by operator",
 		slog.String("resource", resource), logattr.Lock(next.Lock),
 		slog.Int64("mark_old", old.Revision), slog.Int64("mark", next.Revision))
 	return nil
