@@ -387,21 +387,11 @@ func wrapHeld(l *lease.Lease, err error) (*holding, error) {
 // acquire takes the lock, printing progress while it waits. On failure it
 // returns nil and the exit code.
 func (f *runFlags) acquire(acq acquirer, lock string, sigc <-chan os.Signal, e *Env) (*holding, int) {
+	if f.try {
+		return f.tryAcquire(acq, lock, e)
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	if f.try {
-		tctx, tcancel := context.WithTimeout(ctx, f.conn.commandTimeout)
-		defer tcancel()
-		h, err := acq.try(tctx)
-		if errors.Is(err, lease.ErrHeld) {
-			fmt.Fprintf(e.Stderr, "fencekit %s: %s %q is held%s; not waiting (--try)\n", f.cmd, f.noun(), lock, f.note(lock))
-			return nil, ExitNotAcquired
-		}
-		if err != nil {
-			return nil, fail(e, f.cmd, exitCode(err), f.explain(err))
-		}
-		return h, 0
-	}
 	if f.wait > 0 {
 		var wcancel context.CancelFunc
 		ctx, wcancel = context.WithTimeoutCause(ctx, f.wait, errWaitTimeout)
@@ -447,6 +437,22 @@ func (f *runFlags) acquire(acq acquirer, lock string, sigc <-chan os.Signal, e *
 			fmt.Fprintf(e.Stderr, "fencekit %s: waiting for %s %q for %v%s\n", f.cmd, f.noun(), lock, time.Since(start).Round(100*time.Millisecond), f.queueNote(lock))
 		}
 	}
+}
+
+// tryAcquire takes the lock if it is free (--try). On failure it returns
+// nil and the exit code.
+func (f *runFlags) tryAcquire(acq acquirer, lock string, e *Env) (*holding, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
+	defer cancel()
+	h, err := acq.try(ctx)
+	if errors.Is(err, lease.ErrHeld) {
+		fmt.Fprintf(e.Stderr, "fencekit %s: %s %q is held%s; not waiting (--try)\n", f.cmd, f.noun(), lock, f.note(lock))
+		return nil, ExitNotAcquired
+	}
+	if err != nil {
+		return nil, fail(e, f.cmd, exitCode(err), f.explain(err))
+	}
+	return h, 0
 }
 
 // explain rewords an error that a flag caused so that it names the flag.
