@@ -98,9 +98,8 @@ func (s *Set) Lease(name string) *Lease {
 // Revision returns the set's fencing revision: the creation revision of
 // every one of its records.
 //
-// Deprecated: Use Fences (every token has this revision), the tokens
-// every Handle offers. Revision stays because a documented Example
-// (ExampleClient_AcquireAll) called it.
+// Deprecated: Use Fences, which every Handle has: each of its tokens has
+// this revision.
 func (s *Set) Revision() int64 { return s.rev }
 
 // Acquired returns when the set became held: when the last of its leases

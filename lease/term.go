@@ -38,8 +38,8 @@ func (t *Term) Acquired() time.Time { return t.since }
 
 // Since returns when the term began.
 //
-// Deprecated: Use Acquired, the name every Handle shares. Since stays
-// while callers (k8s/fencelock, integration) move.
+// Deprecated: Use Acquired, which every Handle has; Since is the same
+// call.
 func (t *Term) Since() time.Time { return t.since }
 
 // ValidUntil returns the term's local validity deadline, as
@@ -86,9 +86,8 @@ func (t *Term) Release(ctx context.Context) error {
 // Resign ends the term: the next candidate leads. Results are as for
 // Lease.Release.
 //
-// Deprecated: Use Release, the name every Handle shares; Resign is the
-// same call. Documented Examples called it before; it stays while
-// callers (k8s/fencelock, integration) move.
+// Deprecated: Use Release, which every Handle has; Resign is the same
+// call.
 func (t *Term) Resign(ctx context.Context) error { return t.Release(ctx) }
 
 // Renew confirms the term and extends its session, as Lease.Renew.
