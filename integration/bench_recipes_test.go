@@ -58,7 +58,7 @@ func BenchmarkElection(b *testing.B) {
 		if err != nil {
 			return nil, err
 		}
-		return func() error { return t.Resign(context.Background()) }, nil
+		return func() error { return t.Release(context.Background()) }, nil
 	})
 	em := relayOf("etcdelection", func(ctx context.Context, i int) (func() error, error) {
 		e := concurrency.NewElection(sessions[i], "election-bench-etcd/leader")

@@ -72,21 +72,21 @@ func benchTransfer(b *testing.B) {
 			if next.Fence() != to.Term {
 				return 0, fmt.Errorf("transfer to %v: %v leads", to.Term, next.Fence())
 			}
-			return next.Since().Sub(start), nil
+			return next.Acquired().Sub(start), nil
 		}},
 		{"resign", func() (time.Duration, error) {
 			if _, err := rs.waiting(ctx, 4); err != nil {
 				return 0, err
 			}
 			start := time.Now()
-			if err := rs.cur.Resign(ctx); err != nil {
+			if err := rs.cur.Release(ctx); err != nil {
 				return 0, err
 			}
 			next, err := rs.next(ctx)
 			if err != nil {
 				return 0, err
 			}
-			return next.Since().Sub(start), nil
+			return next.Acquired().Sub(start), nil
 		}},
 		{"uncontended", func() (time.Duration, error) {
 			start := time.Now()
@@ -224,7 +224,7 @@ func newBenchRing(ctx context.Context, b *testing.B, eps []string, prefix string
 					r.succeeded(ctx, t) // rejoin once the successor began
 				case <-ctx.Done():
 					rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_ = t.Resign(rctx)
+					_ = t.Release(rctx)
 					rcancel()
 				}
 			}

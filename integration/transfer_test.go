@@ -111,7 +111,7 @@ func (r *electionRing) run(ctx context.Context, t *testing.T, g *guard.Guard) {
 				}
 				r.lead(ctx, term, g)
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-				_ = term.Resign(rctx)
+				_ = term.Release(rctx)
 				cancel()
 			}
 		})
@@ -186,8 +186,8 @@ func TestTransferUnderLoad(t *testing.T) {
 				if next.term.Fence().Revision <= cur.term.Fence().Revision {
 					t.Fatalf("transfer %d: term %d after %d", n, next.term.Fence().Revision, cur.term.Fence().Revision)
 				}
-				gaps = append(gaps, next.term.Since().Sub(<-ended))
-				took = append(took, next.term.Since().Sub(start))
+				gaps = append(gaps, next.term.Acquired().Sub(<-ended))
+				took = append(took, next.term.Acquired().Sub(start))
 				cur = next
 			}
 			if n := ring.overlap.Load(); n != 0 {

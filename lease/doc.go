@@ -64,7 +64,7 @@
 //     Lease. Leader tells who leads now, Observe every change (from one
 //     watch's events, so compaction alone never hides a term; a Leader
 //     with Gap set follows history compacted while Observe was cut off);
-//     Proclaim changes the published value and Resign ends the term.
+//     Proclaim changes the published value and Release ends the term.
 //   - Client.AcquireAll(names...): several exclusive locks, all or nothing,
 //     as one Set. One transaction writes a record into every lock's queue,
 //     so all of them have the same creation revision (the Set's fencing
@@ -148,16 +148,30 @@
 // apply after any later change. Renew is one read that checks the creation
 // revision and owner token, then a keep-alive.
 //
+// # One contract for everything held
+//
+// A *Lease, a *Permit, a *Term and a *Set each satisfy Handle, with one
+// vocabulary: Names (the locks held), Acquired, Fences (the fencing tokens,
+// one per name; none for a Permit), ValidUntil, Done and Err (the end and
+// its reason), Context (cancelled, with the reason, at the end), Renew,
+// Release (a Term's resigns) and ReleaseRequested. Code that only holds
+// and lets go, such as a supervisor that stops its work when Done closes
+// and plans its next step by ValidUntil, takes a Handle and serves them
+// all (see ExampleHandle). What is particular stays on each type: Reenter
+// and Holds on a Lease, Proclaim and Transfer on a Term, a Set's Lease(name),
+// a read lock's Permit.Revision. Term.Since, Term.Resign and Set.Revision
+// are deprecated aliases of Acquired, Release and Fences.
+//
 // # Several locks at once
 //
 // Client.AcquireAll takes a Set of up to MaxSetSize exclusive locks, all or
 // nothing and without deadlock (see above). Each lock keeps its own
 // queue, record, owner token and fencing token; what the set shares is the
 // revision of the one transaction that wrote every record, so
-// Set.Fence(name) is that lock's normal token and Set.Revision is every
-// token's revision. A set's work runs under Set.Context, which is
-// cancelled when any of its leases ends (the cause names the lock) and
-// carries all of its tokens (fence.NewTokensContext): guard.Transport
+// Set.Fence(name) is that lock's normal token, and every token of
+// Set.Fences has the same revision. A set's work runs under Set.Context,
+// which is cancelled when any of its leases ends (the cause names the
+// lock) and carries all of its tokens (fence.NewTokensContext): guard.Transport
 // sends them as one comma-separated Fencing-Token line, grpcguard one
 // metadata value each, and each resource checks the token of the lock it
 // is bound to. sqlguard's RunTxAll fences each row with its own token in

@@ -70,10 +70,17 @@ type Lease struct {
 // Name returns the lock's name.
 func (l *Lease) Name() string { return l.name }
 
+// Names returns the lock's name as the one element of a slice, for
+// Handle.
+func (l *Lease) Names() []string { return []string{l.name} }
+
 // Fence returns the fencing token of this acquisition: the lock's name and
 // the creation revision of its record. Send it with every write to a
 // resource the lock protects.
 func (l *Lease) Fence() fence.Token { return fence.Token{Lock: l.name, Revision: l.rev} }
+
+// Fences returns Fence as the one element of a slice, for Handle.
+func (l *Lease) Fences() []fence.Token { return []fence.Token{l.Fence()} }
 
 // OwnerDigest returns the digest of the owner token, as logs show it.
 func (l *Lease) OwnerDigest() string { return l.owner.Digest() }

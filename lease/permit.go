@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fencekit/fencekit/fence"
 )
 
 // Permit is one held permit of a Semaphore, or one read lock of an
@@ -26,6 +28,14 @@ type Permit struct {
 
 // Name returns the lock's name.
 func (p *Permit) Name() string { return p.l.name }
+
+// Names returns the lock's name as the one element of a slice, for
+// Handle.
+func (p *Permit) Names() []string { return []string{p.l.name} }
+
+// Fences returns nil: a permit has no fencing token (see Permit, and
+// Revision for read locks). It is there for Handle.
+func (p *Permit) Fences() []fence.Token { return nil }
 
 // Revision returns the creation revision of the permit's record. It is not
 // a fencing token: never send it where guard or sqlguard would take it as
@@ -78,6 +88,18 @@ func (p *Permit) OwnerDigest() string { return p.l.owner.Digest() }
 
 // Acquired returns when the permit was acquired.
 func (p *Permit) Acquired() time.Time { return p.l.acquired }
+
+// ValidUntil returns the permit's local validity deadline, as
+// Lease.ValidUntil: the permit's record stays until then unless someone
+// deletes it or revokes the session, and Done closes at it if no renewal
+// moves it. After the permit has ended it returns the zero Time.
+func (p *Permit) ValidUntil() time.Time { return p.l.ValidUntil() }
+
+// ReleaseRequested is closed when someone asked this permit's holder to
+// give it back (Client.RequestRelease with its Revision, which reaches
+// only the oldest permit of the lock: the head of its queue). It stays
+// open otherwise, also after the permit ends.
+func (p *Permit) ReleaseRequested() <-chan struct{} { return p.l.ReleaseRequested() }
 
 // String describes the permit without revealing its owner token.
 func (p *Permit) String() string {

@@ -167,7 +167,7 @@ func ExampleElection_Observe() {
 			}
 		case ldr.Value == "b":
 			fmt.Println("leader now publishes b")
-			if err := term.Resign(ctx); err != nil {
+			if err := term.Release(ctx); err != nil {
 				log.Fatal(err)
 			}
 		}
@@ -234,11 +234,11 @@ func ExampleTerm_Transfer() {
 
 	err = term.Transfer(ctx, cands[0])
 	fmt.Println("a term that ended cannot transfer:", errors.Is(err, lease.ErrTransferred))
-	if err := next.Resign(ctx); err != nil {
+	if err := next.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	last := <-terms
-	if err := last.Resign(ctx); err != nil {
+	if err := last.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	// Output:

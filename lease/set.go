@@ -74,6 +74,10 @@ type Set struct {
 	rev    int64
 	ctx    context.Context // cancelled, with the first member's end, when one ends
 	cancel context.CancelCauseFunc
+
+	askOnce  sync.Once
+	asked    context.Context // cancelled once a member's release is requested; made by ReleaseRequested
+	askedNow context.CancelFunc
 }
 
 // Names returns the locks of the set, in the order AcquireAll got them.
@@ -93,7 +97,55 @@ func (s *Set) Lease(name string) *Lease {
 
 // Revision returns the set's fencing revision: the creation revision of
 // every one of its records.
+//
+// Deprecated: Use Fences, which every Handle has: each of its tokens has
+// this revision.
 func (s *Set) Revision() int64 { return s.rev }
+
+// Acquired returns when the set became held: when the last of its leases
+// was admitted (the latest of their Acquired).
+func (s *Set) Acquired() time.Time {
+	var t time.Time
+	for _, l := range s.leases {
+		if l.acquired.After(t) {
+			t = l.acquired
+		}
+	}
+	return t
+}
+
+// ValidUntil returns the set's local validity deadline: the earliest of
+// its leases' (see Lease.ValidUntil), before which none of its locks can
+// pass to anyone else unless someone deletes a record or revokes a
+// session. After the set has ended (any lease of it ended) it returns the
+// zero Time.
+func (s *Set) ValidUntil() time.Time {
+	var t time.Time
+	for _, l := range s.leases {
+		u := l.ValidUntil()
+		if u.IsZero() {
+			return time.Time{} // l has ended, so the set has
+		}
+		if t.IsZero() || u.Before(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// ReleaseRequested is closed when someone asked the holder of any lock of
+// the set to release it (Client.RequestRelease with the set's revision
+// and that lock's name): release the whole set then. It stays open
+// otherwise, also after the set ends.
+func (s *Set) ReleaseRequested() <-chan struct{} {
+	s.askOnce.Do(func() {
+		s.asked, s.askedNow = context.WithCancel(context.Background())
+		for _, l := range s.leases {
+			context.AfterFunc(l.asked.get(), s.askedNow)
+		}
+	})
+	return s.asked.Done()
+}
 
 // Fence returns the fencing token of the set's lock called name (its
 // revision is Revision), or the zero Token when name is not in the set.
@@ -131,7 +183,18 @@ func (s *Set) Done() <-chan struct{} { return s.ctx.Done() }
 // Err of the first one that ended.
 func (s *Set) Err() error {
 	if s.ctx.Err() == nil {
-		return nil
+		// A lease's end reaches s.ctx through a goroutine (see newSet):
+		// look at the leases too, so that Err never lags behind them
+		// (after Release returns, Err is ErrReleased, as a Lease's is).
+		for _, l := range s.leases {
+			if err := l.Err(); err != nil {
+				s.cancel(err)
+				break
+			}
+		}
+		if s.ctx.Err() == nil {
+			return nil
+		}
 	}
 	return context.Cause(s.ctx)
 }

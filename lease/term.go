@@ -19,11 +19,34 @@ type Term struct {
 	since time.Time
 }
 
+// Name returns the election's name.
+func (t *Term) Name() string { return t.l.name }
+
+// Names returns the election's name as the one element of a slice, for
+// Handle.
+func (t *Term) Names() []string { return []string{t.l.name} }
+
 // Fence returns the term's fencing token.
 func (t *Term) Fence() fence.Token { return t.l.Fence() }
 
+// Fences returns Fence as the one element of a slice, for Handle.
+func (t *Term) Fences() []fence.Token { return []fence.Token{t.l.Fence()} }
+
+// Acquired returns when the term began, by this process's clock: the time
+// the term publishes (Leader.Since).
+func (t *Term) Acquired() time.Time { return t.since }
+
 // Since returns when the term began.
+//
+// Deprecated: Use Acquired, which every Handle has; Since is the same
+// call.
 func (t *Term) Since() time.Time { return t.since }
+
+// ValidUntil returns the term's local validity deadline, as
+// Lease.ValidUntil: no other candidate can lead before it unless someone
+// deletes the record or revokes the session, and Done closes at it if no
+// renewal moves it. After the term has ended it returns the zero Time.
+func (t *Term) ValidUntil() time.Time { return t.l.ValidUntil() }
 
 // Value returns the value the term publishes.
 func (t *Term) Value() string {
@@ -50,14 +73,22 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	})
 }
 
-// Resign ends the term: the next candidate leads. Results are as for
-// Lease.Release.
-func (t *Term) Resign(ctx context.Context) error {
+// Release ends the term (resigns): the next candidate leads. Results are
+// as for Lease.Release. It does not act on a request to transfer
+// (TransferRequested): call Transfer for that.
+func (t *Term) Release(ctx context.Context) error {
 	if t == nil {
 		return errNilLease
 	}
 	return t.l.Release(ctx)
 }
+
+// Resign ends the term: the next candidate leads. Results are as for
+// Lease.Release.
+//
+// Deprecated: Use Release, which every Handle has; Resign is the same
+// call.
+func (t *Term) Resign(ctx context.Context) error { return t.Release(ctx) }
 
 // Renew confirms the term and extends its session, as Lease.Renew.
 func (t *Term) Renew(ctx context.Context) error {

@@ -130,7 +130,7 @@ func (f *runFlags) elect(name, value string, cmdline []string, e *Env) int {
 		if err != nil {
 			return nil, err
 		}
-		return termHolding(t, name), nil
+		return termHolding(t), nil
 	}
 	h, code := f.acquire(acquirer{try: campaign, wait: campaign}, name, sigc, e)
 	if h == nil {
@@ -139,29 +139,30 @@ func (f *runFlags) elect(name, value string, cmdline []string, e *Env) int {
 	return f.hold(locks, h, cmdline, sigc, e)
 }
 
-// termHeld is a term of an election as run holds it: released by
-// resigning, or, when "fencekit transfer" asked for it, by transferring
-// the term to the candidate it named (resigning if that one has left).
-type termHeld struct{ *lease.Term }
-
-func (t termHeld) Release(ctx context.Context) error {
+// release gives h back. A term is resigned, unless "fencekit transfer"
+// asked for it: then it is transferred to the candidate named, or
+// resigned all the same if that one has left.
+func release(ctx context.Context, h lease.Handle) error {
+	t, ok := h.(*lease.Term)
+	if !ok {
+		return h.Release(ctx)
+	}
 	to, ok := t.TransferRequested()
 	if !ok {
-		return t.Resign(ctx)
+		return t.Release(ctx)
 	}
 	err := t.Transfer(ctx, to)
 	var nc *lease.NotCandidateError
 	if errors.As(err, &nc) && !nc.Resigned {
-		return t.Resign(ctx) // the candidate left: step down all the same
+		return t.Release(ctx) // the candidate left: step down all the same
 	}
 	return err
 }
 
-func termHolding(t *lease.Term, name string) *holding {
+func termHolding(t *lease.Term) *holding {
 	tok := t.Fence().String()
-	return &holding{held: termHeld{t}, name: name, what: "term", desc: "fencing token " + tok,
-		env:   []string{"FENCING_TOKEN=" + tok, "FENCEKIT_ELECTION=" + name},
-		asked: t.ReleaseRequested()}
+	return &holding{Handle: t, name: t.Name(), what: "term", desc: "fencing token " + tok,
+		env: []string{"FENCING_TOKEN=" + tok, "FENCEKIT_ELECTION=" + t.Name()}}
 }
 
 // leaderJSON is a leader in "observe --json" and "leader --json" output.

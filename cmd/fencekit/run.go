@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -297,7 +296,7 @@ func (f *runFlags) hold(locks *lease.Client, h *holding, cmdline []string, sigc 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	err := h.Release(ctx)
+	err := release(ctx, h.Handle)
 	switch {
 	case err == nil:
 		if f.verbose {
@@ -318,23 +317,15 @@ func (f *runFlags) hold(locks *lease.Client, h *holding, cmdline []string, sigc 
 	return code
 }
 
-// held is what a run holds while its command runs: a *lease.Lease, a
-// *lease.Permit (run -n) or an election term (elect).
-type held interface {
-	Renew(ctx context.Context) error
-	Release(ctx context.Context) error
-	Done() <-chan struct{}
-	Err() error
-}
-
-// holding is a held lock with what the command and the messages say of it.
+// holding is what a run holds while its command runs (a *lease.Lease, a
+// *lease.Permit with -n, or an election's *lease.Term), with what the
+// command and the messages say of it.
 type holding struct {
-	held
-	name  string          // the lock's or election's name
-	what  string          // "lease", "permit" or "term", for messages
-	desc  string          // its token, for messages
-	env   []string        // variables the command gets
-	asked <-chan struct{} // closed when someone asks the holder to release (a lease's); nil otherwise
+	lease.Handle
+	name string   // the lock's or election's name
+	what string   // "lease", "permit" or "term", for messages
+	desc string   // its token, for messages
+	env  []string // variables the command gets
 }
 
 // envVars are the variables fencekit sets for the command; it removes
@@ -343,14 +334,13 @@ type holding struct {
 var envVars = []string{"FENCING_TOKEN", "FENCEKIT_LOCK", "FENCEKIT_PERMIT_REVISION", "FENCEKIT_PERMITS", "FENCEKIT_ELECTION"}
 
 func leaseHolding(l *lease.Lease) *holding {
-	return &holding{held: l, name: l.Name(), what: "lease", desc: "fencing token " + l.Fence().String(),
-		env:   []string{"FENCING_TOKEN=" + l.Fence().String(), "FENCEKIT_LOCK=" + l.Name()},
-		asked: l.ReleaseRequested()}
+	return &holding{Handle: l, name: l.Name(), what: "lease", desc: "fencing token " + l.Fence().String(),
+		env: []string{"FENCING_TOKEN=" + l.Fence().String(), "FENCEKIT_LOCK=" + l.Name()}}
 }
 
 func permitHolding(p *lease.Permit, n int) *holding {
 	rev := strconv.FormatInt(p.Revision(), 10)
-	return &holding{held: p, name: p.Name(), what: "permit", desc: fmt.Sprintf("permit revision %s of %d (no fencing token)", rev, n),
+	return &holding{Handle: p, name: p.Name(), what: "permit", desc: fmt.Sprintf("permit revision %s of %d (no fencing token)", rev, n),
 		env: []string{"FENCEKIT_LOCK=" + p.Name(), "FENCEKIT_PERMIT_REVISION=" + rev, "FENCEKIT_PERMITS=" + strconv.Itoa(n)}}
 }
 
@@ -397,21 +387,11 @@ func wrapHeld(l *lease.Lease, err error) (*holding, error) {
 // acquire takes the lock, printing progress while it waits. On failure it
 // returns nil and the exit code.
 func (f *runFlags) acquire(acq acquirer, lock string, sigc <-chan os.Signal, e *Env) (*holding, int) {
+	if f.try {
+		return f.tryAcquire(acq, lock, e)
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	if f.try {
-		tctx, tcancel := context.WithTimeout(ctx, f.conn.commandTimeout)
-		defer tcancel()
-		h, err := acq.try(tctx)
-		if errors.Is(err, lease.ErrHeld) {
-			fmt.Fprintf(e.Stderr, "fencekit %s: %s %q is held%s; not waiting (--try)\n", f.cmd, f.noun(), lock, f.note(lock))
-			return nil, ExitNotAcquired
-		}
-		if err != nil {
-			return nil, fail(e, f.cmd, exitCode(err), f.explain(err))
-		}
-		return h, 0
-	}
 	if f.wait > 0 {
 		var wcancel context.CancelFunc
 		ctx, wcancel = context.WithTimeoutCause(ctx, f.wait, errWaitTimeout)
@@ -457,6 +437,22 @@ func (f *runFlags) acquire(acq acquirer, lock string, sigc <-chan os.Signal, e *
 			fmt.Fprintf(e.Stderr, "fencekit %s: waiting for %s %q for %v%s\n", f.cmd, f.noun(), lock, time.Since(start).Round(100*time.Millisecond), f.queueNote(lock))
 		}
 	}
+}
+
+// tryAcquire takes the lock if it is free (--try). On failure it returns
+// nil and the exit code.
+func (f *runFlags) tryAcquire(acq acquirer, lock string, e *Env) (*holding, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
+	defer cancel()
+	h, err := acq.try(ctx)
+	if errors.Is(err, lease.ErrHeld) {
+		fmt.Fprintf(e.Stderr, "fencekit %s: %s %q is held%s; not waiting (--try)\n", f.cmd, f.noun(), lock, f.note(lock))
+		return nil, ExitNotAcquired
+	}
+	if err != nil {
+		return nil, fail(e, f.cmd, exitCode(err), f.explain(err))
+	}
+	return h, 0
 }
 
 // explain rewords an error that a flag caused so that it names the flag.
@@ -551,169 +547,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// supervise runs the command while h is held and returns its exit code,
-// or lost after killing it when h is lost (or could not be confirmed in
-// time).
-//
-// Besides watching h.Done, it confirms the lease (h.Renew) every quarter
-// TTL and keeps a deadline: the TTL from when the last confirmed renewal
-// was sent, minus the safety margin. A watchdog process (see watchdog.go)
-// holds the same deadline, so the command is killed in time even if this
-// process is stopped or killed; this process kills it at the deadline too.
-func (f *runFlags) supervise(h *holding, cmdline []string, sigc <-chan os.Signal, e *Env) (code int, lost bool) {
-	ttl := roundTTL(f.conn.ttl)
-	validFor := func(sent time.Time) time.Time { return sent.Add(ttl - f.margin()) }
-	sent := time.Now()
-	rctx, rcancel := context.WithTimeout(context.Background(), ttl/4)
-	err := h.Renew(rctx)
-	rcancel()
-	if err != nil {
-		if h.Err() != nil {
-			fmt.Fprintf(e.Stderr, "fencekit %s: %s on %q lost before the command started: %s\n", f.cmd, h.what, h.name, lossCause(h.Err()))
-			return ExitLost, true
-		}
-		return fail(e, f.cmd, ExitConn, err), false
-	}
-	deadline := validFor(sent)
-
-	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit %s: warning: %s: processes that leave the command's process group will not be found\n", f.cmd, oneLine(err.Error()))
-	}
-	cmd := exec.Command(cmdline[0], cmdline[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.Stdin, e.Stdout, e.Stderr
-	cmd.Env = append(withoutVars(os.Environ(), envVars...), h.env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if in, ok := e.Stdin.(*os.File); ok {
-		if fd, ok := foregroundTTY(in); ok {
-			cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, fd
-			defer takeBackTTY(fd)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		code := ExitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
-		}
-		return fail(e, f.cmd, code, err), false
-	}
-	pgid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	wd, err := startWatchdog(f.cmd, pgid, f.grace, time.Until(deadline)+watchdogSlack, e.Stderr)
-	skip := -1 // the watchdog, not the command's
-	if err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit %s: warning: %s: the command is not protected against fencekit itself being stopped\n", f.cmd, oneLine(err.Error()))
-	} else {
-		defer wd.stop()
-		skip = wd.cmd.Process.Pid
-	}
-
-	type renewal struct {
-		sent time.Time
-		err  error
-	}
-	renewed := make(chan renewal, 1)
-	renewing := false
-	renewTick := time.NewTicker(ttl / 4)
-	defer renewTick.Stop()
-	own := time.NewTimer(time.Until(deadline))
-	defer own.Stop()
-
-	var (
-		killc   <-chan time.Time
-		waitErr error
-		left    *time.Ticker // while what the command left is stopped
-		leftc   <-chan time.Time
-	)
-	kill := func(cause string) {
-		if lost {
-			return
-		}
-		lost = true
-		if wd != nil {
-			wd.dismiss() // this process does the killing
-		}
-		signalTree(pgid, skip, syscall.SIGTERM)
-		fmt.Fprintf(e.Stderr, "fencekit %s: %s on %q lost: %s; sent SIGTERM to the command, SIGKILL in %v\n", f.cmd, h.what, h.name, cause, f.grace)
-		t := time.NewTimer(f.grace)
-		killc = t.C
-	}
-loop:
-	for {
-		select {
-		case waitErr = <-exited:
-			exited = nil
-			if lost || !f.stopLeftovers(pgid, skip, waitCode(waitErr, cmd.ProcessState), e) {
-				break loop
-			}
-			// Hold the lease until they are gone: SIGTERM now, SIGKILL
-			// after --grace.
-			left = time.NewTicker(20 * time.Millisecond)
-			defer left.Stop()
-			leftc = left.C
-			killc = time.NewTimer(f.grace).C
-		case <-leftc:
-			if _, alive := leftovers(pgid, skip, true); !alive {
-				break loop
-			}
-		case s := <-sigc:
-			signalTree(pgid, skip, s.(syscall.Signal))
-		case <-h.asked:
-			h.asked = nil
-			signalTree(pgid, skip, syscall.SIGTERM)
-			fmt.Fprintf(e.Stderr, "fencekit %s: asked to release %q (fencekit release --ask, or transfer); sent SIGTERM to the command, releasing when it exits\n", f.cmd, h.name)
-		case <-h.Done():
-			kill(lossCause(h.Err()))
-		case <-own.C:
-			kill(fmt.Sprintf("no renewal confirmed within %v", ttl-f.margin()))
-		case <-killc:
-			signalTree(pgid, skip, syscall.SIGKILL)
-			killc = nil
-		case <-renewTick.C:
-			if renewing || lost {
-				continue
-			}
-			renewing = true
-			go func() {
-				sent := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
-				defer cancel()
-				renewed <- renewal{sent, h.Renew(ctx)}
-			}()
-		case r := <-renewed:
-			renewing = false
-			if r.err != nil || lost {
-				continue // a loss shows through Done; else the deadline stands
-			}
-			deadline = validFor(r.sent)
-			own.Reset(time.Until(deadline))
-			if wd != nil {
-				wd.valid(time.Until(deadline) + watchdogSlack)
-			}
-		}
-	}
-	if renewing {
-		<-renewed
-	}
-	if lost {
-		// Whatever the command left goes too.
-		signalTree(pgid, skip, syscall.SIGKILL)
-		return ExitLost, true
-	}
-	code = waitCode(waitErr, cmd.ProcessState)
-	// The exit and the loss can arrive together (after a stop, say); the
-	// command's code counts only if the lease held until it exited.
-	if err := h.Err(); err != nil {
-		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d, but the %s on %q was lost: %s\n", f.cmd, code, h.what, h.name, lossCause(err))
-		return code, true
-	}
-	if time.Now().After(deadline) {
-		fmt.Fprintf(e.Stderr, "fencekit %s: the command exited with code %d, but no renewal of the %s on %q was confirmed within %v before\n", f.cmd, code, h.what, h.name, ttl-f.margin())
-		return code, true
-	}
-	return code, false
 }
 
 // stopLeftovers is called when the command has exited with code: when it
