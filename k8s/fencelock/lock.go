@@ -315,7 +315,7 @@ func (l *Lock) resign(ctx context.Context, ld *leadership) error {
 	if ld.term.Err() != nil {
 		return nil
 	}
-	err := ld.term.Resign(ctx)
+	err := ld.term.Release(ctx)
 	if err == nil || ld.term.Err() != nil {
 		return nil
 	}
@@ -329,7 +329,7 @@ func (l *Lock) resignLater(ld *leadership) {
 		defer l.wg.Done()
 		for ld.term.Err() == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), l.ttl)
-			err := ld.term.Resign(ctx)
+			err := ld.term.Release(ctx)
 			cancel()
 			if err == nil {
 				return
