@@ -43,8 +43,8 @@ type proxy struct {
 	bucket string
 
 	mu      sync.Mutex
-	strip   map[string]bool                 // methods whose conditions are stripped
-	drop    func(r *http.Request) bool      // drop this reply?
+	strip   map[string]bool            // methods whose conditions are stripped
+	drop    func(r *http.Request) bool // drop this reply?
 	delay   func(r *http.Request) time.Duration
 	history []applied
 	dropped int
@@ -159,7 +159,8 @@ func (p *proxy) maybeStrip(r *http.Request) {
 	r.Header.Del("Authorization")
 	hash := r.Header.Get("X-Amz-Content-Sha256")
 	creds := aws.Credentials{AccessKeyID: s3proc.AccessKey, SecretAccessKey: s3proc.SecretKey}
-	if err := v4.NewSigner().SignHTTP(r.Context(), creds, r, hash, "s3", s3proc.Region, time.Now()); err != nil {
+	if err := v4.NewSigner().SignHTTP(r.Context(), creds, r, hash, "s3", s3proc.Region, time.Now(),
+		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }); err != nil { // S3 signs the path as sent
 		p.t.Errorf("proxy: sign again: %v", err)
 	}
 }
