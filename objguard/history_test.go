@@ -10,42 +10,58 @@ import (
 // chain orders the applied writes of one key as the store applied them,
 // from the conditions they carried: the first write is the one that
 // created the key (If-None-Match: *), and each next one is the write
-// whose If-Match is the ETag the previous one produced. Every write
-// produces bytes of its own (tests write unique bytes, tombstones carry a
-// nonce), so ETags do not repeat and the order is unique. It returns an
-// error when a write does not fit on the chain: a write the store applied
-// though its condition did not hold, or an unconditional one.
+// whose If-Match is the ETag the previous one produced. Tests write unique
+// bytes per call and tombstones carry a nonce, so ETags repeat only when a
+// Guard sends the same bytes again after a lost reply (it re-reads, finds
+// its own version, and writes it once more): such a write is conditional
+// on the ETag it produces, a loop applied right where that version is
+// current, and it must carry that version's token (anything else would
+// make the order ambiguous, and is reported). It returns an error when a
+// write does not fit on the chain: a write the store applied though its
+// condition did not hold, or an unconditional one.
 func chain(writes []applied) ([]applied, error) {
-	byCond := map[string]applied{}
+	next := map[string]applied{}    // condition -> the write that moved on from it
+	loops := map[string][]applied{} // condition -> writes of the same bytes again
 	for _, w := range writes {
 		cond := w.ifMatch
 		if w.ifNoneMatch == "*" {
 			cond = "absent"
 		}
-		if cond == "" {
+		switch {
+		case cond == "":
 			return nil, fmt.Errorf("unconditional %s of %q applied", w.method, w.key)
+		case w.method == "PUT" && cond == w.etag:
+			loops[cond] = append(loops[cond], w)
+			continue
 		}
-		if prev, dup := byCond[cond]; dup {
+		if prev, dup := next[cond]; dup {
 			return nil, fmt.Errorf("two writes of %q applied on one version %s: tokens %s and %s", w.key, cond, prev.token, w.token)
 		}
-		byCond[cond] = w
+		next[cond] = w
 	}
 	var out []applied
 	for cur := "absent"; ; {
-		w, ok := byCond[cur]
+		w, ok := next[cur]
 		if !ok {
 			break
 		}
-		delete(byCond, cur)
+		delete(next, cur)
 		out = append(out, w)
 		if w.method == "DELETE" {
 			cur = "absent"
 			continue
 		}
 		cur = w.etag
+		for _, l := range loops[cur] {
+			if l.token != w.token {
+				return nil, fmt.Errorf("%q: the bytes of token %s's version written again by token %s", w.key, w.token, l.token)
+			}
+			out = append(out, l)
+		}
+		delete(loops, cur)
 	}
-	if len(byCond) > 0 {
-		return out, fmt.Errorf("%d writes applied on versions that never existed", len(byCond))
+	if len(next)+len(loops) > 0 {
+		return out, fmt.Errorf("%d writes applied on versions that never existed", len(next)+len(loops))
 	}
 	return out, nil
 }
