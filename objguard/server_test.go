@@ -2,8 +2,6 @@ package objguard_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"os"
@@ -108,11 +106,4 @@ func (s *store) read(t testing.TB, key string) string {
 		}
 	}
 	return string(b)
-}
-
-// randomID returns 12 random hex digits.
-func randomID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
