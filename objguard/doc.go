@@ -140,7 +140,9 @@
 //   - The mark is metadata the writers themselves set: a writer that lies
 //     about its token (a forged one) is stopped only by WithVerifier.
 //   - Multipart uploads, CopyObject and versioned buckets' older versions
-//     are not fenced.
+//     are not fenced. A CopyObject of an object onto itself that replaces
+//     its metadata changes the mark without changing the ETag: never do
+//     that to a fenced object.
 //   - A write whose reply was lost has an unknown outcome; Put's error
 //     says so (a store error) and the Guard forgets the version.
 //
