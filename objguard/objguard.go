@@ -339,8 +339,12 @@ func statusOf(err error) int {
 // the object is not (or no longer) the version it was conditional on: 412
 // Precondition Failed; 409 ConditionalRequestConflict, which S3 answers
 // to a conditional write racing another; 404 for an If-Match on an object
-// that is gone.
+// that is gone (but not a missing bucket).
 func conflict(err error) bool {
+	var ae interface{ ErrorCode() string }
+	if errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket" {
+		return false
+	}
 	switch statusOf(err) {
 	case http.StatusPreconditionFailed, http.StatusConflict, http.StatusNotFound:
 		return true

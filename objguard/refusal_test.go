@@ -123,6 +123,14 @@ func TestRefusals(t *testing.T) {
 	if _, err := g.Put(ctx, "", cur, nil); err == nil {
 		t.Error("Put of an empty key succeeded")
 	}
+	// A missing bucket fails at once; it is no conflict to retry.
+	nb, err := objguard.New(ctx, s.cli, "no-such-bucket", objguard.WithoutProbe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nb.Put(ctx, "k", cur, []byte("x")); err == nil || errors.Is(err, objguard.ErrContended) || errors.Is(err, fence.ErrStale) {
+		t.Errorf("Put to a missing bucket = %v, want the store's error", err)
+	}
 }
 
 // counter returns the decisions counter of op and outcome.
