@@ -36,7 +36,9 @@ type soakCounts struct {
 // unknown to the worker). The store's history of each object, ordered by
 // the ETag chain the proxy recorded, must hold no write with a token older
 // than one applied before it, and every write acknowledged to a worker
-// must be in it. FENCEKIT_OBJGUARD_SOAK sets the duration (default 10s).
+// must be in it; and (but for -short, 3 s) the run must have seen both
+// accepted and refused writes. FENCEKIT_OBJGUARD_SOAK sets the duration
+// (default 10s).
 func TestSoak(t *testing.T) {
 	dur := 10 * time.Second
 	if v := os.Getenv("FENCEKIT_OBJGUARD_SOAK"); v != "" {
@@ -160,7 +162,7 @@ func TestSoak(t *testing.T) {
 	if lost != 0 {
 		t.Errorf("%d acknowledged writes are not in the store's history", lost)
 	}
-	if counts.accepted.Load() == 0 || counts.stale.Load()+counts.unverified.Load() == 0 {
+	if !testing.Short() && (counts.accepted.Load() == 0 || counts.stale.Load()+counts.unverified.Load() == 0) {
 		t.Errorf("the soak did not exercise both paths: %d accepted, %d refused", counts.accepted.Load(), counts.stale.Load()+counts.unverified.Load())
 	}
 }
@@ -178,7 +180,7 @@ func soakHold(ctx context.Context, w int, link *faultproxy.Proxy, locks *lease.C
 	counts.acquired.Add(1)
 	tok := l.Fence()
 	for i := range 6 {
-		if rand.IntN(100) < 10 { // the whole program pauses past the TTL, its etcd link too
+		if rand.IntN(100) < 15 { // the whole program pauses past the TTL, its etcd link too
 			link.Pause()
 			select {
 			case <-ctx.Done():
