@@ -30,6 +30,8 @@ import (
 //     If-None-Match: *) against a plain PUT of a new object. Target <= 2.2x.
 //   - delete: a fenced Delete of an object the Guard wrote (a tombstone
 //     PUT on the remembered version) against a plain DELETE. Target <= 2.2x.
+//   - delete-cold: a fenced Delete of an object the Guard did not write
+//     (a HEAD, then the tombstone PUT) against a plain DELETE.
 //   - purge: Purge of an object the Guard wrote (a DELETE with If-Match on
 //     the remembered version) against a plain DELETE.
 //
@@ -81,6 +83,11 @@ func BenchmarkS3(b *testing.B) {
 			base:   func(k string) error { return put(k, kib) }},
 		{name: "delete", ops: 30,
 			setF:   func(k string) error { _, err := g.Put(ctx, k, tok, kib); return err },
+			fenced: func(k string) error { return g.Delete(ctx, k, tok) },
+			setB:   func(k string) error { return put(k, kib) },
+			base:   del},
+		{name: "delete-cold", ops: 30,
+			setF:   func(k string) error { return put(k, kib) },
 			fenced: func(k string) error { return g.Delete(ctx, k, tok) },
 			setB:   func(k string) error { return put(k, kib) },
 			base:   del},

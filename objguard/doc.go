@@ -55,12 +55,17 @@
 // failure (a lost reply leaves the outcome unknown), and it never refuses
 // on a remembered version: a token the remembered mark would refuse is
 // decided on a fresh read. [WithCacheSize] bounds (or turns off) the
-// memory.
+// memory. On versitygw, on the project's 2-core test machine under load,
+// a steady fenced PUT cost 0.93x–1.06x a plain one (1 KiB and 1 MiB), a
+// first write 1.5x–1.7x, and a fenced Delete (a tombstone PUT where a plain
+// DELETE unlinks) 1.4x–2.2x a plain DELETE, 2.4x with the read
+// (BenchmarkS3).
 //
 // # ETags name bytes, not versions
 //
-// S3 and versitygw compute a single-part object's ETag from its bytes
-// (an MD5 digest), not from its metadata: two versions with the same
+// S3 (but for SSE-KMS and SSE-C objects) and versitygw compute a
+// single-part object's ETag from its bytes (an MD5 digest), not from its
+// metadata: two versions with the same
 // bytes have the same ETag, whatever their marks. If-Match therefore
 // checks "the object still has the bytes I decided about", and that means
 // "still the version I decided about" only as long as no version repeats

@@ -29,8 +29,8 @@ const wrongETag = `"00000000000000000000000000000000"`
 // If-Match and a DELETE with a wrong If-Match; each must be refused, and
 // must change nothing (the key's ETag is read after each). It then checks
 // that a PUT and a DELETE with the right If-Match succeed, and leaves no
-// object behind (a plain DELETE cleans up after a failure). That is six
-// to nine requests.
+// object behind (a plain DELETE cleans up after a failure). That is nine
+// requests on a conforming store.
 //
 // It returns nil for a conforming store; a *ProbeError (matching
 // ErrConditionsIgnored) naming each condition the store ignored; and
