@@ -78,7 +78,11 @@
 // the commit Example). Tombstones carry a random nonce for that reason,
 // and so do the probe's writes. A program that must write equal bytes
 // under successive tokens (a status object flipping between two values)
-// needs that id added.
+// needs that id added. The remembered version widens the window of this
+// case from one read-to-write gap to the whole time since the holder's
+// last write to the object (TestETagNamesBytes shows a late write landing
+// after X, Y, X); WithCacheSize(0) narrows it back, at the price of a
+// read per write.
 //
 // # Deletes keep the mark
 //

@@ -232,6 +232,12 @@ func (v version) object(key string) Object {
 // writes on it without reading first; a 412 makes it forget them and
 // read.
 //
+// If-Match compares ETags, which S3 computes from the bytes alone: body
+// must not repeat the bytes of an earlier version of the object written
+// under an older token, or a superseded holder that decided on (or
+// remembers) that version can write over the newer one (see the package
+// documentation, "ETags name bytes, not versions").
+//
 // When t is refused nothing is written and Put returns a
 // *fence.RefusedError naming the key, the token and the mark: Outcome
 // Missing (t is zero), Malformed (t is invalid), Stale (older than the

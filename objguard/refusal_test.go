@@ -265,6 +265,20 @@ func TestRememberedVersion(t *testing.T) {
 	if conflicts != 1 {
 		t.Errorf("conflicts counted %v, want 1 (the stale write on the remembered version)", conflicts)
 	}
+	// Without the memory, every write reads first.
+	heads = 0
+	gN, err := objguard.New(ctx, counting, s.bucket, objguard.WithCacheSize(0), objguard.WithoutProbe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := gN.Put(ctx, key, c, []byte{byte('x' + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if heads != 3 {
+		t.Errorf("3 writes without the memory made %d reads, want 3", heads)
+	}
 	writes, _ := p.writes()
 	if _, stale, first, err := checkHistory(writes); err != nil || stale != 0 {
 		t.Errorf("history: %d stale writes (%s), %v", stale, first, err)
