@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
@@ -32,8 +33,8 @@ type soakCounts struct {
 // partitions from etcd past the 1 s TTL (a nemesis pauses a worker's etcd
 // proxy), holders that pause past their TTL between acquiring and
 // writing, requests held in flight past the TTL, and replies of the store
-// dropped after it applied the write (the SDK retries; the outcome is
-// unknown to the worker). The store's history of each object, ordered by
+// dropped after it applied the write (the client does not retry: the
+// outcome is unknown to the worker, and its Guard forgets the version). The store's history of each object, ordered by
 // the ETag chain the proxy recorded, must hold no write with a token older
 // than one applied before it, and every write acknowledged to a worker
 // must be in it; and (but for -short, 3 s) the run must have seen both
@@ -58,7 +59,8 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProxy(t, s.srv.Endpoint, s.bucket)
-	cli := newClient(t, p.URL)
+	// No SDK retries: a lost reply reaches the Guard as an unknown outcome.
+	cli := newClient(t, p.URL, func(o *s3.Options) { o.RetryMaxAttempts = 1 })
 
 	const workers = 4
 	keys := []string{"soak/a", "soak/b", "soak/c"}
