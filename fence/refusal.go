@@ -10,7 +10,8 @@ import (
 // is the one word that every package of this module uses for it: the
 // "outcome" label of the decision metrics, the "outcome" field of log
 // records and the "fencekit.outcome" span attribute of guard, grpcguard,
-// sqlguard, pgxguard and redisguard. The zero Outcome is no decision.
+// sqlguard, pgxguard, redisguard and objguard. The zero Outcome is no
+// decision.
 type Outcome uint8
 
 // The outcomes of a fencing decision. Every one but Accepted and Failed
@@ -108,7 +109,8 @@ func OutcomeOf(err error) Outcome {
 // RefusedError is the error of every refused fencing token, from every
 // resource of this module: Check, guard's Do, Claim and HTTP middleware,
 // package grpcguard's interceptors, guard's stores, sqlguard and pgxguard,
-// redisguard, and lease.Verifier (Outcome Unverified, no Resource).
+// redisguard, objguard (Resource is the object's key), and lease.Verifier
+// (Outcome Unverified, no Resource).
 // errors.Is matches it with the sentinel of its Outcome: ErrStale,
 // ErrWrongLock, ErrMarkAhead (and ErrStale), ErrUnverified, ErrMissing or
 // ErrInvalid (Malformed); and, through Err, with the detail's own errors.

@@ -21,7 +21,9 @@
 # built yet: "building etcd 3.7.3 server, first run only…", a few
 # minutes once (internal/etcdproc/cmd/buildetcd). Tests never build it:
 # a plain `go test` that finds it missing fails at once, naming that
-# command.
+# command. The same for the versitygw S3 server of objguard's tests
+# (internal/s3proc/cmd/buildversitygw; tests skip without it unless
+# FENCEKIT_REQUIRE_S3=1).
 #
 # Then `go test -json` goes through scripts/testsummary, which prints what
 # plain go test would (ok / FAIL lines, failing tests' output) and the
@@ -53,6 +55,10 @@ fi
 deps=$(go list -deps -test "${patterns[@]}" || true) # on a cold machine: go: downloading …
 if grep -qx 'github.com/fencekit/fencekit/internal/etcdproc' <<<"$deps"; then
   go run ./internal/etcdproc/cmd/buildetcd
+fi
+# The S3 server objguard's tests run (versitygw), likewise.
+if grep -qx 'github.com/fencekit/fencekit/internal/s3proc' <<<"$deps"; then
+  go run ./internal/s3proc/cmd/buildversitygw
 fi
 
 if ((plain)); then

@@ -20,7 +20,7 @@ func TestTestSupportOnlyInTests(t *testing.T) {
 		t.Skip("runs go list")
 	}
 	patterns := []string{"github.com/fencekit/fencekit/...", "github.com/fencekit/fencekit/integration/...",
-		"github.com/fencekit/fencekit/redisguard/...", "github.com/fencekit/fencekit/k8s/...",
+		"github.com/fencekit/fencekit/redisguard/...", "github.com/fencekit/fencekit/objguard/...", "github.com/fencekit/fencekit/k8s/...",
 		"github.com/fencekit/fencekit/cmd/fencekit/..."}
 	checked, listed := 0, 0
 	for _, p := range patterns {
