@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,33 +48,15 @@ func Binary(ctx context.Context, version string) (string, error) {
 	if bin := os.Getenv(EnvBinary); bin != "" {
 		return bin, nil
 	}
-	if version == "" {
-		version = Version()
-	}
-	if !slices.Contains(Versions, version) {
-		return "", fmt.Errorf("etcdproc: etcd version %q is none of %v (set %s, or %s to a binary)", version, Versions, EnvVersion, EnvBinary)
-	}
-	src, err := sourceDir()
+	b, err := binaryPath(version)
 	if err != nil {
 		return "", err
 	}
-	modfile := "go.mod"
-	if version != DefaultVersion {
-		modfile = "go.v" + version + ".mod"
-	}
-	key, err := sourceKey(src, modfile)
-	if err != nil {
-		return "", err
-	}
-	cache, err := cacheDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(cache, "etcd-"+version+"-"+key)
+	version, bin := b.version, b.bin
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	unlock, err := lockFile(filepath.Join(cache, "build-"+version+".lock"))
+	unlock, err := lockFile(filepath.Join(filepath.Dir(bin), "build-"+version+".lock"))
 	if err != nil {
 		return "", fmt.Errorf("etcdproc: lock the build of etcd %s: %w", version, err)
 	}
@@ -81,10 +64,64 @@ func Binary(ctx context.Context, version string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil // built by another process while we waited
 	}
-	if err := build(ctx, src, modfile, bin); err != nil {
+	if err := build(ctx, b.src, b.modfile, bin); err != nil {
 		return "", fmt.Errorf("etcdproc: build etcd %s (or set %s): %w", version, EnvBinary, err)
 	}
 	return bin, nil
+}
+
+// ErrNotBuilt reports that Lookup found no built binary.
+var ErrNotBuilt = errors.New("etcdproc: etcd binary not built")
+
+// Lookup returns what Binary would return, without building: EnvBinary's
+// value when set, otherwise the cached binary of version ("" means
+// Version()), or an error matching ErrNotBuilt when it has not been built
+// yet. Tests call it to skip rather than spend their time on a build.
+func Lookup(version string) (string, error) {
+	if bin := os.Getenv(EnvBinary); bin != "" {
+		return bin, nil
+	}
+	b, err := binaryPath(version)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(b.bin); err != nil {
+		return "", fmt.Errorf("%w: %s", ErrNotBuilt, b.bin)
+	}
+	return b.bin, nil
+}
+
+// binaryBuild is where the binary of one version comes from and goes.
+type binaryBuild struct {
+	version, src, modfile, bin string
+}
+
+// binaryPath returns the source directory, the go.mod file and the cache
+// path of the binary of version ("" means Version()).
+func binaryPath(version string) (binaryBuild, error) {
+	if version == "" {
+		version = Version()
+	}
+	if !slices.Contains(Versions, version) {
+		return binaryBuild{}, fmt.Errorf("etcdproc: etcd version %q is none of %v (set %s, or %s to a binary)", version, Versions, EnvVersion, EnvBinary)
+	}
+	src, err := sourceDir()
+	if err != nil {
+		return binaryBuild{}, err
+	}
+	modfile := "go.mod"
+	if version != DefaultVersion {
+		modfile = "go.v" + version + ".mod"
+	}
+	key, err := sourceKey(src, modfile)
+	if err != nil {
+		return binaryBuild{}, err
+	}
+	cache, err := cacheDir()
+	if err != nil {
+		return binaryBuild{}, err
+	}
+	return binaryBuild{version, src, modfile, filepath.Join(cache, "etcd-"+version+"-"+key)}, nil
 }
 
 // sourceDir returns the directory of tools/etcdserver in the checkout this
