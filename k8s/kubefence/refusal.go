@@ -69,9 +69,6 @@ func Refusal(err error) error {
 			}
 		}
 	}
-	if r.Lock == "" && outcome != fence.WrongLock {
-		r.Lock = r.Mark.Lock
-	}
 	return r
 }
 
