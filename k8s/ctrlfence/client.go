@@ -202,4 +202,3 @@ func fencedSubResourceApply(ctx context.Context, c client.Client, sub string, ac
 	u.SetResourceVersion(rv)
 	return kubefence.Refusal(c.SubResource(sub).Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...))
 }
-

@@ -21,9 +21,9 @@ import (
 
 // The identities of the shared server's token file.
 const (
-	writerUser     = "writer"       // in group fencekit:writers, which RBAC lets write
-	breakGlassUser = "break-glass"  // in fencekit:writers too, and named by the policy
-	testLock       = "orders"       // the lock of the tests' policy
+	writerUser     = "writer"        // in group fencekit:writers, which RBAC lets write
+	breakGlassUser = "break-glass"   // in fencekit:writers too, and named by the policy
+	testLock       = "orders"        // the lock of the tests' policy
 	fencedLabel    = "fencekit-test" // namespaces labelled fenced are fenced
 )
 
@@ -35,7 +35,7 @@ var testPolicy = kubefence.Policy{
 		{Group: "", Resource: "configmaps"}, {Group: "apps", Resource: "deployments"},
 		widgets.GroupResource(),
 	},
-	BreakGlassUsers: []string{breakGlassUser},
+	BreakGlassUsers:   []string{breakGlassUser},
 	NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{fencedLabel: "fenced"}},
 }
 

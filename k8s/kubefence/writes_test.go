@@ -166,7 +166,6 @@ func deployment(ns string) *appsv1.Deployment {
 	}
 }
 
-
 // TestStatusResetByServer: a custom resource's status write resets
 // metadata before admission, so the policy sees the object's own token
 // whatever the request says (an unstamped stale status write passes it);
