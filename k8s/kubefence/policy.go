@@ -176,24 +176,28 @@ func Install(ctx context.Context, cs kubernetes.Interface, p Policy) error {
 		return err
 	}
 	pols := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	if old, err := pols.Get(ctx, pol.Name, metav1.GetOptions{}); err == nil {
+	old, err := pols.Get(ctx, pol.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
 		pol.ResourceVersion = old.ResourceVersion
 		_, err = pols.Update(ctx, pol, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("kubefence: update policy %s: %w", pol.Name, err)
-		}
-	} else if _, err := pols.Create(ctx, pol, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kubefence: create policy %s: %w", pol.Name, err)
+	case apierrors.IsNotFound(err):
+		_, err = pols.Create(ctx, pol, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("kubefence: install policy %s: %w", pol.Name, err)
 	}
 	bins := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
-	if old, err := bins.Get(ctx, bin.Name, metav1.GetOptions{}); err == nil {
-		bin.ResourceVersion = old.ResourceVersion
+	oldBin, err := bins.Get(ctx, bin.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		bin.ResourceVersion = oldBin.ResourceVersion
 		_, err = bins.Update(ctx, bin, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("kubefence: update binding %s: %w", bin.Name, err)
-		}
-	} else if _, err := bins.Create(ctx, bin, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("kubefence: create binding %s: %w", bin.Name, err)
+	case apierrors.IsNotFound(err):
+		_, err = bins.Create(ctx, bin, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("kubefence: install binding %s: %w", bin.Name, err)
 	}
 	return nil
 }
