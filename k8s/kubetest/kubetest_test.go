@@ -92,7 +92,7 @@ func grant(t *testing.T, admin kubernetes.Interface, ns, name string) {
 func TestEnvtest(t *testing.T) {
 	dir, err := kubetest.LookupAssets()
 	if errors.Is(err, kubetest.ErrNotBuilt) && os.Getenv(kubetest.EnvRequire) != "1" {
-		t.Skipf("%v; run `%s` in the k8s module to enable this test", err, kubetest.BuildCommand)
+		t.Skipf("%v; %s=1 makes this test fail instead", err, kubetest.EnvRequire)
 	}
 	require.NoError(t, err)
 	env := &envtest.Environment{BinaryAssetsDirectory: dir}
