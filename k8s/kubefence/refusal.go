@@ -16,17 +16,20 @@ const messagePrefix = "fencekit: "
 
 // policyOutcomes are the outcomes the policy refuses with, by word.
 var policyOutcomes = map[string]fence.Outcome{
-	fence.Stale.String():     fence.Stale,
-	fence.WrongLock.String(): fence.WrongLock,
-	fence.Missing.String():   fence.Missing,
-	fence.Malformed.String(): fence.Malformed,
+	fence.Stale.String():      fence.Stale,
+	fence.WrongLock.String():  fence.WrongLock,
+	fence.Missing.String():    fence.Missing,
+	fence.Malformed.String():  fence.Malformed,
+	fence.Unverified.String(): fence.Unverified, // the webhook's
 }
 
 // Refusal returns err as a *fence.RefusedError when it is the API
-// server's refusal by the fencekit policy (a 422 Invalid or 403 Forbidden
-// status whose message has the policy's "fencekit: <outcome>:"), and err
-// unchanged otherwise (nil for nil). The RefusedError's Outcome is Stale,
-// WrongLock, Missing or Malformed; its Token, Mark and Lock come from the
+// server's refusal by the fencekit policy or webhook (a 422 Invalid or
+// 403 Forbidden status whose message has "fencekit: <outcome>:"), and err
+// unchanged otherwise (nil for nil): the webhook's "failed" (it could not
+// verify) stays a plain error, as fence.Failed is no refusal. The
+// RefusedError's Outcome is Stale, WrongLock, Missing, Malformed or
+// Unverified; its Token, Mark and Lock come from the
 // message; its Resource names the object ("deployments.apps/name"); its
 // Err is err, so apierrors' predicates still match. errors.Is matches it
 // with fence.ErrStale and the other sentinels, as every guard's refusal.
