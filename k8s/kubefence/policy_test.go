@@ -157,6 +157,7 @@ func TestRequireToken(t *testing.T) {
 	p.Name, p.RequireToken = "fencekit.required", true
 	p.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{fencedLabel: "required"}}
 	require.NoError(t, kubefence.Install(t.Context(), admin, p))
+	require.NoError(t, kubefence.Install(t.Context(), admin, p), "installing again updates")
 	t.Cleanup(func() { assert.NoError(t, kubefence.Uninstall(context.Background(), admin, p)) })
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "required", Labels: map[string]string{fencedLabel: "required"}}}
 	_, err := admin.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})

@@ -52,9 +52,10 @@ type User struct {
 // free 127.0.0.1 port with RBAC authorization, on a one-member etcd
 // process, with AdminUser only, in a temporary directory.
 type Config struct {
-	// Dir holds the certificates, the token file, etcd's data and both
-	// logs (kube-apiserver.log). Empty means a new temporary directory
-	// that Close removes.
+	// Dir is where the Server makes its directory (kubetest-*), which
+	// holds the certificates, the token file, etcd's data and both logs
+	// (see LogFile). Empty means the system's temporary directory, and
+	// Close removes the Server's directory.
 	Dir string
 	// Users are more identities for the token file; their names must
 	// differ from AdminUser's and each other's, and contain no comma.
@@ -136,11 +137,13 @@ func (cfg *Config) resolve() error {
 }
 
 func startOnce(ctx context.Context, cfg Config) (_ *Server, err error) {
-	s := &Server{dir: cfg.Dir, tokens: map[string]string{}}
-	if s.dir == "" {
-		if s.dir, err = os.MkdirTemp("", "kubetest-"); err != nil {
-			return nil, fmt.Errorf("kubetest: %w", err)
-		}
+	s := &Server{tokens: map[string]string{}}
+	// A directory of its own in cfg.Dir: a retry must not find the data
+	// of a failed attempt.
+	if s.dir, err = os.MkdirTemp(cfg.Dir, "kubetest-"); err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	if cfg.Dir == "" {
 		s.tmpDir = s.dir
 	}
 	defer func() {
