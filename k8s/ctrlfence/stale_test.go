@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,25 +17,33 @@ import (
 	"github.com/fencekit/fencekit/k8s/ctrlfence"
 	"github.com/fencekit/fencekit/k8s/fencelock"
 	"github.com/fencekit/fencekit/k8s/kubetest"
+	"github.com/go-logr/logr"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// The stale-leader story against a real API server: two candidates elect
-// through fencelock (client-go's LeaderElector, each Lock on its own etcd
-// client behind fault proxies) and the leader's two reconcilers write
-// three config maps through ctrlfence.NewClient with its ctx's token. Each failover pauses
-// the leader's writer holding its token, cuts the leader off from etcd
-// (not from the API server), waits until the successor leads and has
-// written every object, then lets the old writer go on: its late Update
-// (after a fresh read, so no resourceVersion conflict saves it) and its
-// late merge patch must be refused by the API server, each as a
-// *fence.RefusedError with outcome stale. At the end every object's
-// accepted writes, in resourceVersion order, carry non-decreasing tokens.
+// The stale-leader story against a real API server: two candidates, each
+// a controller-runtime manager (real informers, its client fenced with
+// NewManagerClient) that elects through fencelock with a Lock on its own
+// etcd client behind fault proxies; the leader's two reconcilers read
+// three config maps from the manager's cache and write them with the
+// term's token. Each failover pauses the leader's writer holding its
+// token, cuts the leader off from etcd (not from the API server), waits
+// until the successor leads and has written every object, then lets the
+// old writer go on with the token it holds: its late Update of what its
+// informer cache holds is refused as stale or, when the cache is behind,
+// conflicts; its late Update of a fresh read and its late merge patch are
+// refused as stale. A manager leads once; the deposed one is replaced by a new
+// manager, which campaigns again. At the end every object's accepted
+// writes, in resourceVersion order, carry non-decreasing tokens.
 const (
 	staleTTL     = time.Second
 	staleMargin  = 200 * time.Millisecond
@@ -42,9 +51,11 @@ const (
 )
 
 type staleWorld struct {
-	t     *testing.T
-	c     client.Client
-	cands [2]*staleCand
+	t      *testing.T
+	cfg    *rest.Config
+	etcd   *etcdtest.Cluster
+	cands  [2]*staleCand
+	staleN int // late updates refused as stale (the others conflicted)
 
 	mu       sync.Mutex
 	leader   *staleCand
@@ -64,7 +75,7 @@ type staleCand struct {
 	id      int
 	w       *staleWorld
 	proxies []*faults.Proxy
-	cfg     leaderelection.LeaderElectionConfig
+	cli     *clientv3.Client
 
 	mu     sync.Mutex
 	ended  time.Time     // when its last term's ctx was cancelled
@@ -89,24 +100,11 @@ func staleLeader(t *testing.T, members, failovers int) {
 	setUpPolicy(t, admin)
 	cfg, err := s.Config("controller")
 	mustOK(t, err)
-	raw, err := client.NewWithWatch(cfg, client.Options{})
-	mustOK(t, err)
-	w := &staleWorld{t: t, c: ctrlfence.NewClient(raw), wrote: map[string]fence.Token{}, accepted: map[string][]acceptedWrite{}}
-
-	etcd := etcdtest.Start(t, etcdtest.WithMembers(members))
+	w := &staleWorld{t: t, cfg: cfg, wrote: map[string]fence.Token{}, accepted: map[string][]acceptedWrite{}}
+	w.etcd = etcdtest.Start(t, etcdtest.WithMembers(members))
 	for i := range w.cands {
-		ps := etcd.Proxies(t)
-		lock, err := fencelock.New(etcd.ClientThrough(t, ps...), "orders", fmt.Sprintf("cand-%d", i),
-			fencelock.WithTTL(staleTTL), fencelock.WithSafetyMargin(staleMargin))
-		mustOK(t, err)
-		t.Cleanup(func() { _ = lock.Close() })
-		cd := &staleCand{id: i, w: w, proxies: ps}
-		cd.cfg, err = lock.Config(leaderelection.LeaderElectionConfig{
-			LeaseDuration: staleTTL, RenewDeadline: 400 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
-			Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: cd.lead, OnStoppedLeading: func() {}},
-		})
-		mustOK(t, err)
-		w.cands[i] = cd
+		ps := w.etcd.Proxies(t)
+		w.cands[i] = &staleCand{id: i, w: w, proxies: ps, cli: w.etcd.ClientThrough(t, ps...)}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -127,8 +125,10 @@ func staleLeader(t *testing.T, members, failovers int) {
 	}
 	accepted := w.check(failovers)
 	slices.Sort(firstRefusal)
-	t.Logf("%d failovers, %d writes accepted in token order, %d late writes all refused as stale; "+
-		"term end to first refusal: median %v, max %v", failovers, accepted, len(w.late),
+	t.Logf("%d failovers, %d writes accepted in token order, %d late writes all kept out "+
+		"(of the updates of cached objects %d refused as stale, the others conflicted; every update of a fresh read "+
+		"and every patch refused as stale); "+
+		"term end to first refusal: median %v, max %v", failovers, accepted, len(w.late), w.staleN,
 		firstRefusal[len(firstRefusal)/2], firstRefusal[len(firstRefusal)-1])
 }
 
@@ -140,21 +140,61 @@ func mustOK(t *testing.T, err error) {
 	}
 }
 
-// run runs cd's elector again and again until ctx ends.
+// run runs a manager for cd, and a new one each time one stops (it leads
+// once), until ctx ends.
 func (cd *staleCand) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		el, err := leaderelection.NewLeaderElector(cd.cfg)
-		if err != nil {
-			cd.w.t.Error(err)
+		if err := cd.runManager(ctx); err != nil && ctx.Err() == nil {
+			cd.w.t.Errorf("cand-%d: %v", cd.id, err)
 			return
 		}
-		el.Run(ctx)
 	}
 }
 
-// lead is OnStartedLeading: write every object with ctx's token until ctx
-// ends, or until paused: then, once released, write late with the token.
-func (cd *staleCand) lead(ctx context.Context) {
+// runManager runs one manager until it stops leading or ctx ends.
+func (cd *staleCand) runManager(ctx context.Context) error {
+	lock, err := fencelock.New(cd.cli, "orders", fmt.Sprintf("cand-%d", cd.id),
+		fencelock.WithTTL(staleTTL), fencelock.WithSafetyMargin(staleMargin))
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	ld, rd, rp := staleTTL, 400*time.Millisecond, 100*time.Millisecond
+	opts, err := ctrlfence.Options(lock, manager.Options{
+		Logger:                  logr.Discard(),
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		LeaseDuration:           &ld,
+		RenewDeadline:           &rd,
+		RetryPeriod:             &rp,
+		GracefulShutdownTimeout: new(5 * time.Second),
+		NewClient:               ctrlfence.NewManagerClient,
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{"fenced": {}}},
+	})
+	if err != nil {
+		return err
+	}
+	m, err := manager.New(cd.w.cfg, opts)
+	if err != nil {
+		return err
+	}
+	c, r := m.GetClient(), m.GetAPIReader()
+	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		cd.lead(ctx, c, r)
+		return nil
+	})); err != nil {
+		return err
+	}
+	err = m.Start(ctx)
+	if err != nil && strings.Contains(err.Error(), "leader election lost") {
+		return nil // deposed: a new manager campaigns again
+	}
+	return err
+}
+
+// lead is the leader's runnable: write every object with ctx's token
+// through c until ctx ends, or until paused: then, once released, write
+// late with the token.
+func (cd *staleCand) lead(ctx context.Context, c client.Client, r client.Reader) {
 	w := cd.w
 	tok, ok := fence.FromContext(ctx)
 	if !ok {
@@ -183,7 +223,7 @@ func (cd *staleCand) lead(ctx context.Context) {
 			if pause != nil {
 				return
 			}
-			w.write(ctx, tok, fmt.Sprintf("obj-%d", n%staleObjects))
+			w.write(ctx, c, tok, fmt.Sprintf("obj-%d", n%staleObjects))
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
@@ -194,29 +234,37 @@ func (cd *staleCand) lead(ctx context.Context) {
 		if pause != nil {
 			close(paused)
 			<-pause // the successor leads and has written
-			w.lateWrites(context.WithoutCancel(ctx), tok)
+			// The term's ctx stops carrying the token when the term ends,
+			// so a write made with it is stopped in the client, unsent.
+			// The late writes are those that hold the token itself: a
+			// request in flight, a process frozen mid-write.
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fenced", Name: "obj-0"}}
+			if err := c.Update(context.WithoutCancel(ctx), cm); !errors.Is(err, fence.ErrMissing) {
+				w.t.Errorf("a write with the ended term's ctx: want fence.ErrMissing, got %v", err)
+			}
+			w.lateWrites(fence.NewContext(context.Background(), tok), c, r, tok)
 			close(done)
 			<-ctx.Done()
 			return
 		}
-		w.write(ctx, tok, fmt.Sprintf("obj-%d", n%staleObjects))
+		w.write(ctx, c, tok, fmt.Sprintf("obj-%d", n%staleObjects))
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // write reads name and writes it with tok, creating it when missing, and
 // records an accepted write.
-func (w *staleWorld) write(ctx context.Context, tok fence.Token, name string) {
+func (w *staleWorld) write(ctx context.Context, c client.Client, tok fence.Token, name string) {
 	cm := &corev1.ConfigMap{}
-	err := w.c.Get(ctx, client.ObjectKey{Namespace: "fenced", Name: name}, cm)
+	err := c.Get(ctx, client.ObjectKey{Namespace: "fenced", Name: name}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fenced", Name: name}}
 		cm.Data = map[string]string{"by": tok.String()}
-		err = w.c.Create(ctx, cm)
+		err = c.Create(ctx, cm)
 	case err == nil:
 		cm.Data = map[string]string{"by": tok.String()}
-		err = w.c.Update(ctx, cm)
+		err = c.Update(ctx, cm)
 	}
 	if err != nil {
 		if ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) &&
@@ -241,34 +289,50 @@ func (w *staleWorld) recordAccepted(name, rv string, tok fence.Token) {
 	}
 }
 
-// lateWrites writes every object with the old token after a fresh read
-// (an Update) and as a merge patch; each must be refused as stale.
-func (w *staleWorld) lateWrites(ctx context.Context, tok fence.Token) {
+// lateWrites writes every object with the old token three ways: an
+// Update of what c's cache holds (refused as stale, or a Conflict when
+// the cache is behind), an Update of a fresh read through r (its
+// resourceVersion current: refused as stale) and a merge patch (refused
+// as stale).
+func (w *staleWorld) lateWrites(ctx context.Context, c client.Client, r client.Reader, tok fence.Token) {
 	for i := range staleObjects {
-		name := fmt.Sprintf("obj-%d", i)
-		cm := &corev1.ConfigMap{}
-		if err := w.c.Get(ctx, client.ObjectKey{Namespace: "fenced", Name: name}, cm); err != nil {
-			w.t.Errorf("late read %s: %v", name, err)
+		key := client.ObjectKey{Namespace: "fenced", Name: fmt.Sprintf("obj-%d", i)}
+		cached, fresh := &corev1.ConfigMap{}, &corev1.ConfigMap{}
+		if err := errors.Join(c.Get(ctx, key, cached), r.Get(ctx, key, fresh)); err != nil {
+			w.t.Errorf("late read %s: %v", key.Name, err)
 			continue
 		}
-		orig := cm.DeepCopy()
-		cm.Data = map[string]string{"by": "late " + tok.String()}
-		for _, err := range []error{
-			w.c.Update(ctx, cm.DeepCopy()),
-			w.c.Patch(ctx, cm.DeepCopy(), client.MergeFrom(orig)),
-		} {
-			w.mu.Lock()
-			if w.refused.IsZero() {
-				w.refused = time.Now()
-			}
-			w.late = append(w.late, err)
-			w.mu.Unlock()
-			var r *fence.RefusedError
-			if !errors.As(err, &r) || r.Outcome != fence.Stale || r.Token != tok {
-				w.t.Errorf("late write of %s with %s: want a stale refusal, got %v", name, tok, err)
+		orig := cached.DeepCopy()
+		late := map[string]string{"by": "late " + tok.String()}
+		cached.Data, fresh.Data = late, late
+		fromCache := c.Update(ctx, cached.DeepCopy())
+		fromRead := c.Update(ctx, fresh)
+		patch := c.Patch(ctx, cached, client.MergeFrom(orig))
+		w.mu.Lock()
+		if w.refused.IsZero() {
+			w.refused = time.Now()
+		}
+		w.late = append(w.late, fromCache, fromRead, patch)
+		if isStaleRefusal(fromCache, tok) {
+			w.staleN++
+		}
+		w.mu.Unlock()
+		if !isStaleRefusal(fromCache, tok) && !apierrors.IsConflict(fromCache) {
+			w.t.Errorf("late update of cached %s with %s: want a stale refusal or a conflict, got %v", key.Name, tok, fromCache)
+		}
+		for what, err := range map[string]error{"update of a fresh read": fromRead, "merge patch": patch} {
+			if !isStaleRefusal(err, tok) {
+				w.t.Errorf("late %s of %s with %s: want a stale refusal, got %v", what, key.Name, tok, err)
 			}
 		}
 	}
+}
+
+// isStaleRefusal reports whether err is the API server's stale refusal
+// of tok.
+func isStaleRefusal(err error, tok fence.Token) bool {
+	var r *fence.RefusedError
+	return errors.As(err, &r) && r.Outcome == fence.Stale && r.Token == tok
 }
 
 // failover takes the current leader down as described above and returns
@@ -349,8 +413,8 @@ func (w *staleWorld) check(failovers int) (accepted int) {
 			}
 		}
 	}
-	if len(w.late) != 2*staleObjects*failovers {
-		w.t.Errorf("%d late writes, want %d", len(w.late), 2*staleObjects*failovers)
+	if len(w.late) != 3*staleObjects*failovers {
+		w.t.Errorf("%d late writes, want %d", len(w.late), 3*staleObjects*failovers)
 	}
 	return accepted
 }
