@@ -16,13 +16,13 @@
 // ctx is cancelled as soon as the term ends, before etcd can admit the
 // next leader (see package fencelock for the timing rule).
 //
-// What it does not do: objects the manager writes through the Kubernetes
-// API server are not fenced (the API server does not know the token). A
-// deposed leader's in-flight API writes can land after its successor's;
-// use resourceVersion preconditions (optimistic concurrency, which
-// controller-runtime's Update does by default) and idempotent reconcilers,
-// or record the token in the object (an annotation) and refuse older ones
-// in an admission webhook.
+// NewClient (or NewManagerClient as manager.Options.NewClient) fences the
+// objects the manager writes through the Kubernetes API server: each write
+// carries ctx's token in package kubefence's annotation, and kubefence's
+// admission policy makes the API server refuse a deposed leader's writes
+// (see kubefence for what is and is not fenced). Without that policy the
+// API server checks no token: a deposed leader's in-flight API writes can
+// land after its successor's.
 //
 // The manager leads at most once: as with any controller-runtime leader
 // election, a lost term stops the manager (Start returns "leader election

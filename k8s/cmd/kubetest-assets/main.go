@@ -1,0 +1,34 @@
+// Command kubetest-assets builds the kube-apiserver and etcd binaries that
+// package kubetest runs (see kubetest.Assets), when they are not built
+// yet, and prints the directory that holds them: the layout of
+// controller-runtime's KUBEBUILDER_ASSETS.
+//
+//	cd k8s && export KUBEBUILDER_ASSETS=$(go run ./cmd/kubetest-assets)
+//
+// A cold build takes about 10 minutes on 2 cores; a warm one returns at
+// once. It is the explicit build step of the k8s module's API-server
+// tests, which skip (or fail, under FENCEKIT_REQUIRE_KUBE=1) without it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fencekit/fencekit/k8s/kubetest"
+)
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	start := time.Now()
+	dir, err := kubetest.Assets(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubetest-assets:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "kubetest-assets: kube-apiserver %s and etcd %s ready in %s\n",
+		kubetest.Version, kubetest.EtcdVersion, time.Since(start).Round(time.Second))
+	fmt.Println(dir)
+}
