@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+
+	"github.com/fencekit/fencekit/internal/toolbuild"
 )
 
 // Environment variables that choose the etcd server the harness runs.
@@ -119,7 +120,7 @@ func Binary(ctx context.Context, version string) (string, error) {
 	if _, err := os.Stat(t.bin); err == nil {
 		return t.bin, nil
 	}
-	unlock, err := lockFile(filepath.Join(filepath.Dir(t.bin), "build-"+t.version+".lock"))
+	unlock, err := toolbuild.Lock(filepath.Join(filepath.Dir(t.bin), "build-"+t.version+".lock"))
 	if err != nil {
 		return "", fmt.Errorf("etcdproc: lock the build of etcd %s: %w", t.version, err)
 	}
@@ -127,7 +128,7 @@ func Binary(ctx context.Context, version string) (string, error) {
 	if _, err := os.Stat(t.bin); err == nil {
 		return t.bin, nil // built by another process while we waited
 	}
-	if err := build(ctx, t.src, t.modfile, t.bin); err != nil {
+	if err := toolbuild.Build(ctx, t.src, t.bin, []string{"-modfile=" + t.modfile}, "."); err != nil {
 		return "", fmt.Errorf("etcdproc: build etcd %s (or set %s): %w", t.release, EnvBinary, err)
 	}
 	return t.bin, nil
@@ -165,7 +166,7 @@ func locate(version string) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	cache, err := cacheDir()
+	cache, err := toolbuild.CacheDir("etcd")
 	if err != nil {
 		return target{}, err
 	}
@@ -185,11 +186,8 @@ func pinnedRelease(modfile string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("etcdproc: %w", err)
 	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == serverModule {
-			return strings.TrimPrefix(f[1], "v"), nil
-		}
+	if release := toolbuild.Pinned(b, serverModule); release != "" {
+		return release, nil
 	}
 	return "", fmt.Errorf("etcdproc: %s requires no %s", modfile, serverModule)
 }
@@ -222,38 +220,4 @@ func sourceKey(src, modfile string) (string, error) {
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
-}
-
-// cacheDir returns (making it) the directory that keeps built binaries.
-func cacheDir() (string, error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	dir := filepath.Join(base, "fencekit", "etcd")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("etcdproc: cache dir: %w", err)
-	}
-	return dir, nil
-}
-
-// build builds tools/etcdserver with modfile to bin, through a temporary
-// file renamed into place, so that bin is complete whenever it exists.
-func build(ctx context.Context, src, modfile, bin string) error {
-	goCmd, err := exec.LookPath("go")
-	if err != nil && os.Getenv("GOROOT") != "" {
-		goCmd, err = filepath.Join(os.Getenv("GOROOT"), "bin", "go"), nil
-	}
-	if err != nil {
-		return fmt.Errorf("no go command to build with: %w", err)
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	defer os.Remove(tmp)
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-modfile="+modfile, "-o", tmp, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w: %s", err, out)
-	}
-	return os.Rename(tmp, bin)
 }

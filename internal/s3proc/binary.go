@@ -23,11 +23,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
+
+	"github.com/fencekit/fencekit/internal/toolbuild"
 )
 
 // Environment variables of the tests that need an S3 server.
@@ -122,7 +122,7 @@ func Binary(ctx context.Context) (string, error) {
 	if _, err := os.Stat(t.bin); err == nil {
 		return t.bin, nil
 	}
-	unlock, err := lockFile(filepath.Join(filepath.Dir(t.bin), "versitygw-build.lock"))
+	unlock, err := toolbuild.Lock(filepath.Join(filepath.Dir(t.bin), "versitygw-build.lock"))
 	if err != nil {
 		return "", fmt.Errorf("s3proc: lock the build: %w", err)
 	}
@@ -130,7 +130,7 @@ func Binary(ctx context.Context) (string, error) {
 	if _, err := os.Stat(t.bin); err == nil {
 		return t.bin, nil // built by another process while we waited
 	}
-	if err := build(ctx, t.src, t.bin); err != nil {
+	if err := toolbuild.Build(ctx, t.src, t.bin, nil, serverPackage); err != nil {
 		return "", fmt.Errorf("s3proc: build versitygw %s (or set %s): %w", t.release, EnvBinary, err)
 	}
 	return t.bin, nil
@@ -151,13 +151,7 @@ func locate() (target, error) {
 	if err != nil {
 		return target{}, fmt.Errorf("s3proc: %w", err)
 	}
-	release := ""
-	for line := range strings.Lines(string(mod)) {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == serverModule {
-			release = strings.TrimPrefix(f[1], "v")
-		}
-	}
+	release := toolbuild.Pinned(mod, serverModule)
 	if release == "" {
 		return target{}, fmt.Errorf("s3proc: tools/versitygw/go.mod requires no %s", serverModule)
 	}
@@ -166,36 +160,10 @@ func locate() (target, error) {
 		h.Write(b)
 		h.Write([]byte{0})
 	}
-	base, err := os.UserCacheDir()
+	dir, err := toolbuild.CacheDir("")
 	if err != nil {
-		base = os.TempDir()
-	}
-	dir := filepath.Join(base, "fencekit")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return target{}, fmt.Errorf("s3proc: cache dir: %w", err)
+		return target{}, fmt.Errorf("s3proc: %w", err)
 	}
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	return target{release: release, src: src, bin: filepath.Join(dir, "versitygw-"+release+"-"+key)}, nil
-}
-
-// build builds the server package of tools/versitygw's module to bin,
-// through a temporary file renamed into place, so that bin is complete
-// whenever it exists.
-func build(ctx context.Context, src, bin string) error {
-	goCmd, err := exec.LookPath("go")
-	if err != nil && os.Getenv("GOROOT") != "" {
-		goCmd, err = filepath.Join(os.Getenv("GOROOT"), "bin", "go"), nil
-	}
-	if err != nil {
-		return fmt.Errorf("no go command to build with: %w", err)
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	defer os.Remove(tmp)
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-o", tmp, serverPackage)
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w: %s", err, out)
-	}
-	return os.Rename(tmp, bin)
 }

@@ -7,12 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 
 	"github.com/fencekit/fencekit/internal/etcdproc"
+	"github.com/fencekit/fencekit/internal/toolbuild"
 )
 
 // Environment variables and facts about the binaries the harness runs.
@@ -67,7 +66,7 @@ func Binary(ctx context.Context) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	unlock, err := lockFile(bin + ".lock")
+	unlock, err := toolbuild.Lock(bin + ".lock")
 	if err != nil {
 		return "", fmt.Errorf("kubetest: lock the build of kube-apiserver: %w", err)
 	}
@@ -75,7 +74,7 @@ func Binary(ctx context.Context) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil // built by another process while we waited
 	}
-	if err := build(ctx, src, bin); err != nil {
+	if err := toolbuild.Build(ctx, src, bin, []string{"-ldflags", ldflags}, "k8s.io/kubernetes/cmd/kube-apiserver"); err != nil {
 		return "", fmt.Errorf("kubetest: build kube-apiserver %s (or set %s): %w", Version, EnvBinary, err)
 	}
 	return bin, nil
@@ -132,7 +131,7 @@ func LookupAssets() (string, error) {
 // are symbolic links to apiserver and etcd.
 func assetsDir(apiserver, etcd string) (string, error) {
 	h := sha256.Sum256([]byte(apiserver + "\x00" + etcd))
-	cache, err := cacheDir()
+	cache, err := toolbuild.CacheDir("kube")
 	if err != nil {
 		return "", err
 	}
@@ -174,7 +173,7 @@ func binaryPath() (src, bin string, err error) {
 		h.Write([]byte(f))
 		h.Write(b)
 	}
-	cache, err := cacheDir()
+	cache, err := toolbuild.CacheDir("kube")
 	if err != nil {
 		return "", "", err
 	}
@@ -195,40 +194,4 @@ func sourceDir() (string, error) {
 		return "", fmt.Errorf("kubetest: no tools/kubeapiserver next to this package (%w); set %s to a kube-apiserver binary", err, EnvBinary)
 	}
 	return filepath.Clean(dir), nil
-}
-
-// cacheDir returns (making it) the directory that keeps built binaries.
-func cacheDir() (string, error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	dir := filepath.Join(base, "fencekit", "kube")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("kubetest: cache dir: %w", err)
-	}
-	return dir, nil
-}
-
-// build builds kube-apiserver from the tool module in src to bin, through
-// a temporary file renamed into place, so that bin is complete whenever
-// it exists.
-func build(ctx context.Context, src, bin string) error {
-	goCmd, err := exec.LookPath("go")
-	if err != nil && os.Getenv("GOROOT") != "" {
-		goCmd, err = filepath.Join(os.Getenv("GOROOT"), "bin", "go"), nil
-	}
-	if err != nil {
-		return fmt.Errorf("no go command to build with: %w", err)
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	defer os.Remove(tmp)
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-ldflags", ldflags, "-o", tmp,
-		"k8s.io/kubernetes/cmd/kube-apiserver")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
-	}
-	return os.Rename(tmp, bin)
 }

@@ -1,15 +1,15 @@
 //go:build unix
 
-package s3proc
+package toolbuild
 
 import (
 	"os"
 	"syscall"
 )
 
-// lockFile takes an exclusive lock on path, waiting for it, and returns
+// Lock takes an exclusive lock on path, waiting for it, and returns
 // the function that releases it.
-func lockFile(path string) (func(), error) {
+func Lock(path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
