@@ -96,22 +96,34 @@ func (c *Client) watchAsks(s *session, from int64) {
 	defer stop()
 	dir := askDir(c.cfg.prefix, s.keyID)
 	for ctx.Err() == nil {
-		for resp := range c.etcd.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(from)) {
-			if resp.Err() != nil {
-				break // compacted or cancelled: read what is there, then watch again
-			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypePut {
-					c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision)
-				}
-				from = ev.Kv.ModRevision + 1
-			}
-		}
+		from = c.followAsks(ctx, dir, from)
 		if !c.bg.sleep(100 * time.Millisecond) {
 			return
 		}
 		from = c.catchUpAsks(ctx, dir, from)
 	}
+}
+
+// followAsks handles the requests of one watch of dir from revision from,
+// until the watch ends or fails (compacted, cancelled, refused), and
+// returns the revision to watch from next. The watch is cancelled when it
+// returns: the etcd client's watcher would otherwise go on sending to a
+// channel nobody reads, and its Close would wait for it forever.
+func (c *Client) followAsks(ctx context.Context, dir string, from int64) int64 {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range c.etcd.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if resp.Err() != nil {
+			return from // read what is there, then watch again
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypePut {
+				c.handleAsk(ctx, string(ev.Kv.Key), string(ev.Kv.Value), ev.Kv.ModRevision)
+			}
+			from = ev.Kv.ModRevision + 1
+		}
+	}
+	return from
 }
 
 // catchUpAsks handles the requests present under dir, after a watch ended,
