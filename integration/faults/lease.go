@@ -42,9 +42,12 @@ func Holder(ctx context.Context, cli *clientv3.Client, lockPrefix string) (key s
 // of an operator or a buggy peer revoking a lease it does not own. The
 // holder learns it only from etcd; Heal does nothing. A revoke whose reply
 // never came returns an error matching ErrOutcomeUnknown: it may have
-// applied. The fault is a Taker: Taken names every record the revoke
-// deleted (or may have). cli must be a client
-// the fault may use freely: not one behind a proxy the test disrupts.
+// applied. The fault is a Taker: Taken names the records the revoke
+// deleted, read at the revision before it, or, when that history is
+// compacted or the outcome is unknown, the lease's records read just
+// before the revoke (a record written between that read and the revoke
+// is then missing). cli must be a client the fault may use freely: not
+// one behind a proxy the test disrupts.
 func RevokeHolder(cli *clientv3.Client, lockPrefix string) Fault {
 	return &takeFault{kind: KindRevoke, inject: func(ctx context.Context) ([]int64, error) {
 		_, _, id, err := Holder(ctx, cli, lockPrefix)

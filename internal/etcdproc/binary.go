@@ -168,7 +168,7 @@ func locate(version string) (target, error) {
 	}
 	cache, err := toolbuild.CacheDir("etcd")
 	if err != nil {
-		return target{}, err
+		return target{}, fmt.Errorf("etcdproc: %w", err)
 	}
 	return target{
 		version: version, release: release, src: src, modfile: modfile,

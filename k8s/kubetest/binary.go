@@ -133,7 +133,7 @@ func assetsDir(apiserver, etcd string) (string, error) {
 	h := sha256.Sum256([]byte(apiserver + "\x00" + etcd))
 	cache, err := toolbuild.CacheDir("kube")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("kubetest: %w", err)
 	}
 	dir := filepath.Join(cache, "assets-"+hex.EncodeToString(h[:8]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -175,7 +175,7 @@ func binaryPath() (src, bin string, err error) {
 	}
 	cache, err := toolbuild.CacheDir("kube")
 	if err != nil {
-		return "", "", err
+		return "", "", fmt.Errorf("kubetest: %w", err)
 	}
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	return src, filepath.Join(cache, "kube-apiserver-"+Version+"-"+key), nil
