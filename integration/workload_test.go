@@ -380,12 +380,17 @@ func (w *lineWorker) settle(ctx context.Context, l *lease.Lease, what string, ca
 // nil; it closes before Release returns.
 const releasedWait = time.Second
 
-// lossCauses names the causes of a lease's loss, for the counts.
+// causeRevokedEarly names lease.ErrRevokedEarly: etcd ended the session
+// before the TTL its last renewal granted ran out.
+const causeRevokedEarly = "revoked-early"
+
+// lossCauses names the causes of a lease's loss, for the counts (the
+// first that matches: ErrRevokedEarly also matches ErrSessionExpired).
 var lossCauses = []struct {
 	err  error
 	name string
 }{
-	{lease.ErrDeadline, "deadline"}, {lease.ErrSessionExpired, "session-expired"},
+	{lease.ErrDeadline, "deadline"}, {lease.ErrRevokedEarly, causeRevokedEarly}, {lease.ErrSessionExpired, "session-expired"},
 	{lease.ErrKeyDeleted, "key-deleted"}, {lease.ErrKeyOverwritten, "key-overwritten"},
 	{lease.ErrNotOwner, "not-owner"}, {lease.ErrNotFound, "not-found"},
 }

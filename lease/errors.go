@@ -109,6 +109,16 @@ var (
 	// ErrSessionExpired is a loss cause: the Client's etcd session lease
 	// expired or was revoked, which deletes every record attached to it.
 	ErrSessionExpired = errors.New("lease: session expired or revoked")
+	// ErrRevokedEarly is a loss cause, and matches ErrSessionExpired: etcd
+	// ended the Client's session while the TTL its last confirmed renewal
+	// granted had not yet run out. Someone revoked its etcd lease (etcdctl
+	// lease revoke, a script), or etcd did: a known etcd defect lets a
+	// leader that was frozen past the TTL, once it continues, revoke leases
+	// the new leader renewed meanwhile (README, "What it does not
+	// guarantee"). Either way the lock may have been taken over before its
+	// holder learned; the fencing token is what keeps the holder's late
+	// writes out. fencekit_lease_sessions_revoked_early_total counts them.
+	ErrRevokedEarly = fmt.Errorf("%w before its TTL ran out", ErrSessionExpired)
 	// ErrDeadline is a loss cause: no renewal was confirmed in time, so the
 	// server may expire the session soon. The lease ends before that can
 	// happen, by the safety margin.

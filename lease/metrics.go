@@ -19,6 +19,7 @@ type metrics struct {
 	losses       *prometheus.CounterVec // cause
 	duplicates   prometheus.Counter
 	foreign      prometheus.Counter
+	revokedEarly prometheus.Counter // sessions etcd ended before their TTL ran out
 	leading      prometheus.Gauge
 	terms        prometheus.Counter
 	renew        prometheus.Histogram // round trip of confirmed session renewals
@@ -66,6 +67,10 @@ func newMetrics() *metrics {
 			Name: "fencekit_lease_foreign_records_total",
 			Help: "Times a waiter found the record ahead of it kept by no session (an outsider's write): it blocks the lock until deleted.",
 		}),
+		revokedEarly: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencekit_lease_sessions_revoked_early_total",
+			Help: "Sessions etcd ended before the TTL of their last confirmed renewal ran out (ErrRevokedEarly): revoked by someone, or by etcd itself after a frozen leader continued. Their locks may have been taken over before their holders learned.",
+		}),
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencekit_election_leading",
 			Help: "Elections this process's Clients lead now.",
@@ -101,7 +106,7 @@ func newMetrics() *metrics {
 // Client already registered there is shared, so several Clients can report
 // to one registry.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	var errs [14]error
+	var errs [15]error
 	m.acquisitions, errs[0] = promreg.Register(reg, m.acquisitions)
 	m.wait, errs[1] = promreg.Register(reg, m.wait)
 	m.hold, errs[2] = promreg.Register(reg, m.hold)
@@ -116,6 +121,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.headroom, errs[11] = promreg.Register(reg, m.headroom)
 	m.watchEvents, errs[12] = promreg.Register(reg, m.watchEvents)
 	m.watches, errs[13] = promreg.Register(reg, m.watches)
+	m.revokedEarly, errs[14] = promreg.Register(reg, m.revokedEarly)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("lease: register metrics: %w", err)
 	}

@@ -352,11 +352,13 @@ func TestDoErrorsAfterPartitionAreRetryable(t *testing.T) {
 }
 
 // A session revoked by an outsider is reported as such, not as a deleted
-// record, although the watch sees the records go first.
+// record, although the watch sees the records go first; and since its TTL
+// had not run out, as revoked early (ErrRevokedEarly, and its metric).
 func TestRevokedSessionIsReportedAsSessionExpired(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
-	c := newClient(t, cli)
+	reg := prometheus.NewRegistry()
+	c := newClient(t, cli, lease.WithMetrics(reg))
 	ctx := ctxT(t, 20*time.Second)
 	a, err := c.Acquire(ctx, "rv-a")
 	require.NoError(t, err)
@@ -372,8 +374,10 @@ func TestRevokedSessionIsReportedAsSessionExpired(t *testing.T) {
 			t.Fatal("revoke not signalled")
 		}
 		require.ErrorIs(t, l.Err(), lease.ErrSessionExpired)
+		require.ErrorIs(t, l.Err(), lease.ErrRevokedEarly)
 		require.NotErrorIs(t, l.Err(), lease.ErrKeyDeleted)
 	}
+	assert.Equal(t, 1.0, metricValue(t, reg, "fencekit_lease_sessions_revoked_early_total"), "one session revoked early")
 
 	// A record deleted by hand is still ErrKeyDeleted.
 	l, err := c.Acquire(ctx, "rv-a")

@@ -163,10 +163,10 @@ func (c *Client) checkGone(s *session) {
 		cancel()
 		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
 		ls := s.takeDeleted()
-		cause := ErrKeyDeleted
+		var cause error = ErrKeyDeleted
 		if gone {
-			cause = ErrSessionExpired
-			c.endSession(s, ErrSessionExpired)
+			cause = goneCause(s)
+			c.endSession(s, cause)
 		}
 		for _, l := range ls {
 			l.end(l.lostError(cause))
@@ -207,7 +207,7 @@ func (c *Client) keepAlive(s *session) {
 		}
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			c.endSession(s, ErrSessionExpired)
+			c.endSession(s, goneCause(s))
 			return
 		case errors.Is(rpcError(err), ErrPermissionDenied):
 			// etcd refuses to renew a lease when the user may not write
@@ -236,6 +236,18 @@ func (c *Client) keepAlive(s *session) {
 		c.recs.deleteOrphans(s)
 		c.recs.sweep()
 	}
+}
+
+// goneCause is why s ended when etcd no longer has its lease:
+// ErrRevokedEarly while the TTL of its last confirmed renewal has not run
+// out (etcd expires a lease no sooner than that TTL after the renewal was
+// sent, and s's validity deadline is earlier still, by the margin), else
+// ErrSessionExpired.
+func goneCause(s *session) error {
+	if time.Now().Before(s.until()) {
+		return ErrRevokedEarly
+	}
+	return ErrSessionExpired
 }
 
 // renewalDeadline is when a renewal sent at sent stops waiting for its
@@ -287,6 +299,9 @@ func (c *Client) endSession(s *session, cause error) bool {
 		return false
 	}
 	c.sessions.remove(s)
+	if cause == ErrRevokedEarly {
+		c.met.revokedEarly.Inc()
+	}
 	if !errors.Is(cause, ErrClosed) && cause != errRetired {
 		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
 			slog.String("cause", cause.Error()), slog.Int("leases_lost", lost))
