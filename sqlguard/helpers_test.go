@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"path/filepath"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,29 +190,45 @@ func uniq() string {
 	return hex.EncodeToString(b[:])
 }
 
-// sqliteVersion returns the version of modernc.org/sqlite in this test
-// binary.
-func sqliteVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "modernc.org/sqlite" {
-				if d.Replace != nil {
-					return d.Replace.Version
-				}
-				return d.Version
-			}
-		}
+// sqliteInterruptsBusyWait reports whether this build's SQLite driver
+// ends a wait for a lock when the waiter's context is cancelled (v1.62.0
+// does; v1.50.1 and older, which the library's go.mod floor allows, do
+// not). It asks the driver itself: a test binary built in workspace mode
+// records no module versions to read. One connection holds the write
+// lock; another begins a write with a context cancelled after 50 ms and
+// a busy timeout of 10 s: the driver interrupts the wait if that begin
+// returns within 5 s.
+func sqliteInterruptsBusyWait(t *testing.T) bool {
+	t.Helper()
+	dsn := "file:" + filepath.Join(t.TempDir(), "probe.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatalf("open sqlite probe: %v", err)
 	}
-	return ""
-}
-
-// sqliteInterruptsBusyWait reports whether the SQLite driver ends a wait
-// for a lock when the waiter's context is cancelled: v1.62.0 does; v1.50.1
-// and older, which the library's go.mod floor (Go 1.24) allows, do not.
-func sqliteInterruptsBusyWait() bool {
-	v := strings.TrimPrefix(sqliteVersion(), "v1.")
-	minor, err := strconv.Atoi(v[:max(strings.IndexByte(v, '.'), 0)])
-	return err == nil && minor >= 62
+	defer db.Close()
+	holder, err := db.Begin()
+	if err != nil {
+		t.Fatalf("sqlite probe: take the write lock: %v", err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		tx, err := db.BeginTx(ctx, nil)
+		if err == nil {
+			_ = tx.Rollback()
+		}
+		done <- err
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(5 * time.Second):
+		_ = holder.Rollback() // lets the waiter through before db.Close
+		<-done
+		return false
+	}
 }
 
 // forEach runs f once per backend as a subtest, with migrated fence tables.
