@@ -252,7 +252,7 @@ func ExampleClient_AcquireAll() {
 	defer locks.Close()
 	ctx := context.Background()
 
-	set, err := locks.AcquireAll(ctx, "account-17", "account-42")
+	set, err := locks.AcquireAll(ctx, []string{"account-17", "account-42"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -477,9 +477,10 @@ func skipKey(prefix, recordKey string, rev int64) string {
 // again.
 var errSkipped = errors.New("lease: passed over by a transfer")
 
-// skipped reports whether w's record, deleted, was deleted by a transfer
+// skipped reports whether m's record, deleted, was deleted by a transfer
 // that passed it over, and deletes the note saying so.
-func (c *Client) skipped(ctx context.Context, w *waiter) bool {
+func (m *member) skipped(ctx context.Context) bool {
+	c, w := m.c, m.w
 	w.mu.Lock()
 	rev := w.myRev
 	w.mu.Unlock()

@@ -297,9 +297,9 @@ var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", Er
 // because the session lease no longer exists; the record was not written.
 var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
 
-// pauseAfter waits a moment after a failed request while acquiring, and
+// pause waits a moment after a failed request while acquiring m, and
 // returns nil to try again, or the error that ends the acquisition.
-func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
+func (m *member) pause(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
@@ -315,13 +315,14 @@ func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
 	}
 	t := time.NewTimer(25 * time.Millisecond)
 	defer t.Stop()
-	return waitFor(ctx, c, w, t.C)
+	return waitFor(ctx, m, t.C)
 }
 
 // waitFor waits until ch delivers or closes, and returns nil, or the error
-// that ends w's acquisition first: its record gone, its session ended, ctx
+// that ends m's acquisition first: its record gone, its session ended, ctx
 // ended, the Client closed.
-func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
+func waitFor[T any](ctx context.Context, m *member, ch <-chan T) error {
+	w, c := m.w, m.c
 	select {
 	case <-ch:
 		return nil
