@@ -122,26 +122,15 @@ func (m *member) waitBehind(ctx context.Context, stuck <-chan time.Time) error {
 // TTL tick stuck, and returns nil, or the error that ends m's acquisition
 // first.
 func (m *member) waitEvent(ctx context.Context, stuck <-chan time.Time) error {
-	w, c := m.w, m.c
-	select {
-	case <-w.wakec:
-		return nil
-	case <-stuck:
+	ticked, err := m.wait(ctx, m.w.wakec, stuck)
+	if ticked {
 		// Longer than a TTL behind the same record: say so if it is a
 		// record that no session keeps, which never goes by itself.
-		if key, crev := w.oldestBlocker(); key != "" {
-			c.checkForeign(ctx, key, crev)
+		if key, crev := m.w.oldestBlocker(); key != "" {
+			m.c.checkForeign(ctx, key, crev)
 		}
-		return nil
-	case <-w.fin.done():
-		return w.failure()
-	case <-w.sess.fin.done():
-		return w.sess.cause()
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.bg.ctx.Done():
-		return ErrClosed
 	}
+	return err
 }
 
 // admit turns the admitted member into a held lease (see promote), once
@@ -189,7 +178,7 @@ func (m *member) watchTarget(ctx context.Context) (target string, covered bool, 
 		return "", false, nil
 	}
 	kw := m.c.recs.watchBehind(m.w, key, prefix)
-	if err := waitFor(ctx, m, m.c.recs.watches.created(kw)); err != nil {
+	if _, err := m.wait(ctx, m.c.recs.watches.created(kw), nil); err != nil {
 		return "", false, err
 	}
 	if m.c.bg.ctx.Err() != nil {

@@ -214,7 +214,7 @@ func (e *enqueuer) found(resp *clientv3.TxnResponse) (bool, error) {
 func (m *member) catchUp(ctx context.Context, readRev int64) error {
 	w := m.w
 	m.readRev = readRev
-	if err := waitFor(ctx, m, m.c.recs.watches.created(w.own)); err != nil {
+	if _, err := m.wait(ctx, m.c.recs.watches.created(w.own), nil); err != nil {
 		return err
 	}
 	if w.own.start <= readRev {

@@ -315,24 +315,27 @@ func (m *member) pause(ctx context.Context, err error) error {
 	}
 	t := time.NewTimer(25 * time.Millisecond)
 	defer t.Stop()
-	return waitFor(ctx, m, t.C)
+	_, err = m.wait(ctx, nil, t.C)
+	return err
 }
 
-// waitFor waits until ch delivers or closes, and returns nil, or the error
-// that ends m's acquisition first: its record gone, its session ended, ctx
-// ended, the Client closed.
-func waitFor[T any](ctx context.Context, m *member, ch <-chan T) error {
+// wait waits until ch or tick (nil: never) delivers or closes, and returns
+// nil, reporting whether tick did, or the error that ends m's acquisition
+// first: its record gone, its session ended, ctx ended, the Client closed.
+func (m *member) wait(ctx context.Context, ch <-chan struct{}, tick <-chan time.Time) (ticked bool, err error) {
 	w, c := m.w, m.c
 	select {
 	case <-ch:
-		return nil
+		return false, nil
+	case <-tick:
+		return true, nil
 	case <-w.fin.done():
-		return w.failure()
+		return false, w.failure()
 	case <-w.sess.fin.done():
-		return w.sess.cause()
+		return false, w.sess.cause()
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	case <-c.bg.ctx.Done():
-		return ErrClosed
+		return false, ErrClosed
 	}
 }
