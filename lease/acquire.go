@@ -38,7 +38,11 @@ import (
 // Acquire is AcquireAll of one lock, handed out as its Lease: both run the
 // same code.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
-	return c.acquireOne(ctx, name, false, opts)
+	req, err := newRequest(name, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
 }
 
 // TryAcquire takes the lock called name if nobody holds or waits for it,
@@ -53,7 +57,11 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 // session went, ctx ended) returns only once the record is deleted, or
 // with a *LeftBehindError, as every try does: see TryAcquireAll.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
-	return c.acquireOne(ctx, name, true, opts)
+	req, err := newRequest(name, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
 }
 
 // AcquireAll takes every lock named, all or nothing, and returns them as one
@@ -105,15 +113,6 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...Acquire
 // as its watch sees it appear.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...AcquireOption) (*Set, error) {
 	return c.acquireSet(ctx, names, true, opts)
-}
-
-// acquireOne runs Acquire (TryAcquire if try): a set of one lock.
-func (c *Client) acquireOne(ctx context.Context, name string, try bool, opts []AcquireOption) (*Lease, error) {
-	req, err := newRequest(name, try, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.acquire(ctx, req)
 }
 
 // acquireSet runs AcquireAll (TryAcquireAll if try).
@@ -313,13 +312,14 @@ func (a *acquisition) members(ctx context.Context, s *session) ([]*member, error
 		tok := c.src.New()
 		dir := lockDir(c.cfg.prefix, req.name)
 		key := s.claimSlot(dir, req.kind.suffix())
+		val := encodeValue(tok.Value(), 1, req.payload)
 		w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
-			wakec: make(chan struct{}, 1), queued: time.Now()}
+			wakec: make(chan struct{}, 1), queued: time.Now(), rec: &entry{value: val}}
 		w.fin.init()
-		m := &member{c: c, req: req, w: w, val: encodeValue(tok.Value(), 1, req.payload)}
+		m := &member{c: c, req: req, w: w, val: val}
 		var err error
 		if req.lockDelay > 0 {
-			w.mark, err = c.newMark(ctx, s, key, req.lockDelay)
+			w.rec.mark, err = c.newMark(ctx, s, key, req.lockDelay)
 		}
 		if err == nil {
 			err = c.recs.subscribe(w)
@@ -380,7 +380,7 @@ func admit(ctx context.Context, ms []*member) ([]*Lease, error) {
 func (a *acquisition) drop(ctx context.Context, s *session, ms []*member, leases []*Lease, written bool, err error) error {
 	try := a.reqs[0].try
 	if !try {
-		a.c.releaseAdmitted(leases)
+		a.releaseAdmitted(leases)
 	}
 	left := make([]leftRecord, 0, len(ms))
 	for i, m := range ms {
@@ -415,12 +415,12 @@ func (m *member) giveUp(written bool, err error) (r leftRecord, ok bool) {
 		m.c.endSession(w.sess, ErrSessionExpired)
 	case errors.Is(err, errSlotTaken):
 		// Keep the key claimed: it is not ours to reuse.
-	case !written && !w.uncertain:
+	case !written && !w.rec.uncertain:
 		w.sess.freeSlot(w.key) // nothing was written
-	case errors.Is(err, errSkipped) && !w.uncertain:
+	case errors.Is(err, errSkipped) && !w.rec.uncertain:
 		w.sess.freeSlot(w.key) // a transfer deleted the record, and no late write of it can come
 	default:
-		return m.left(w.uncertain), true
+		return m.left(), true
 	}
 	return leftRecord{}, false
 }
@@ -432,16 +432,18 @@ func (m *member) giveUp(written bool, err error) (r leftRecord, ok bool) {
 func (m *member) letGo(l *Lease) leftRecord {
 	m.c.recs.forget(l, false)
 	l.end(ErrReleased)
-	return m.left(l.uncertain)
+	return m.left()
 }
 
 // left is m's record as one to remove.
-func (m *member) left(uncertain bool) leftRecord {
-	return leftRecord{name: m.req.name, key: m.w.key, value: m.val, mark: m.w.mark, uncertain: uncertain}
+func (m *member) left() leftRecord {
+	e := m.w.rec
+	return leftRecord{name: m.req.name, key: m.w.key, value: e.value, mark: e.mark, uncertain: e.uncertain}
 }
 
 // releaseAdmitted releases the leases of a set that failed as a whole.
-func (c *Client) releaseAdmitted(leases []*Lease) {
+func (a *acquisition) releaseAdmitted(leases []*Lease) {
+	c := a.c
 	for _, l := range leases {
 		if l == nil {
 			continue

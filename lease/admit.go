@@ -127,7 +127,7 @@ func (m *member) waitEvent(ctx context.Context, stuck <-chan time.Time) error {
 		// Longer than a TTL behind the same record: say so if it is a
 		// record that no session keeps, which never goes by itself.
 		if key, crev := m.w.oldestBlocker(); key != "" {
-			m.c.checkForeign(ctx, key, crev)
+			m.checkForeign(ctx, key, crev)
 		}
 	}
 	return err
@@ -215,7 +215,8 @@ func (m *member) reread(ctx context.Context) error {
 // checkForeign reports a record in a lock's queue that no session keeps
 // alive (written by something other than a fencekit Client, or detached
 // from its lease): it blocks the lock until an operator deletes it.
-func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
+func (m *member) checkForeign(ctx context.Context, key string, crev int64) {
+	c := m.c
 	resp, err := c.etcd.Get(ctx, key)
 	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != crev {
 		return
@@ -236,27 +237,22 @@ func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
 func (m *member) promote(rev int64) (*Lease, error) {
 	c, w, req := m.c, m.w, m.req
 	l := &Lease{
-		c:         c,
-		name:      req.name,
-		key:       w.key,
-		kind:      w.kind,
-		owner:     w.tok,
-		acquired:  time.Now(),
-		rev:       rev,
-		sess:      w.sess,
-		uncertain: w.uncertain,
-		written:   m.val,
-		position:  w.position,
-		queued:    w.queued,
-		mark:      w.mark,
+		c:        c,
+		name:     req.name,
+		key:      w.key,
+		kind:     w.kind,
+		owner:    w.tok,
+		acquired: time.Now(),
+		rev:      rev,
+		sess:     w.sess,
+		position: w.position,
+		queued:   w.queued,
+		rec:      w.rec,
 	}
 	l.confirm(1, req.payload, rev)
 	l.fin.init()
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
-	}
-	if w.asked.Load() == rev {
-		l.asked.request(w.askedTo.Load()) // asked while it was being admitted
 	}
 	if req.maxHold > 0 {
 		l.capHold(req.maxHold)

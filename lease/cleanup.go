@@ -58,12 +58,12 @@ func (t *records) addUncertain(s *session) {
 // unless the acquisition's own write might still apply late, in which
 // case the key stays an orphan until the session ends. t.mu is held.
 func (t *records) releaseKey(l *Lease) {
-	if !l.uncertain {
+	if !l.rec.uncertain {
 		l.sess.freeSlot(l.key)
 		return
 	}
 	if l.sess.failure() == nil {
-		t.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
+		t.orphans[l.key] = orphan{value: l.rec.value, sess: l.sess, uncertain: true}
 		t.addUncertain(l.sess)
 	}
 }

@@ -95,7 +95,7 @@ func (e *enqueuer) step(ctx context.Context) (bool, error) {
 		// The request may have gone out; if so etcd may still apply it,
 		// now or later.
 		for _, m := range e.ms {
-			m.w.uncertain = true
+			m.w.rec.uncertain = true
 		}
 		return false, e.ms[0].pause(ctx, err)
 	}
@@ -145,8 +145,8 @@ func (e *enqueuer) txn(ctx context.Context) clientv3.Txn {
 		}
 	}
 	for _, m := range e.ms {
-		if m.w.mark != nil {
-			ops = append(ops, m.w.mark.put())
+		if m.w.rec.mark != nil {
+			ops = append(ops, m.w.rec.mark.put())
 		}
 	}
 	txn := e.c.etcd.Txn(ctx).If(cmps...).Then(ops...)

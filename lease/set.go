@@ -210,8 +210,8 @@ func (s *Set) releaseAtOnce(ctx context.Context) bool {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
 				clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)))
 			dels = append(dels, clientv3.OpDelete(l.key))
-			if l.mark != nil {
-				dels = append(dels, clientv3.OpDelete(l.mark.key)) // a clean release: no delay
+			if l.rec.mark != nil {
+				dels = append(dels, clientv3.OpDelete(l.rec.mark.key)) // a clean release: no delay
 			}
 			inFlight[i] = l.c.recs.startRelease(l)
 		}

@@ -453,7 +453,7 @@ func (l *Lease) transferApplied(ctx context.Context, p transferPlan) (bool, erro
 // candidate in line leads.
 func (l *Lease) giveUpTerm(p transferPlan) {
 	l.c.recs.forget(l, false)
-	l.c.recs.abandon(l.sess, l.key, string(p.own.Value), l.mark, false)
+	l.c.recs.abandon(l.sess, l.key, string(p.own.Value), l.rec.mark, false)
 }
 
 func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
@@ -41,16 +40,9 @@ type waiter struct {
 	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
 	fin             endOnce       // ends when the waiter's own record went
-	// uncertain: a write of the record got no reply, so it may still
-	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
-	uncertain bool
-	// asked is the creation revision of the record a request to release
-	// named while the waiter was being admitted (see records.ask), or 0.
-	asked    atomic.Int64
-	mark     *delayMark   // its lock-delay marker, written with its record; nil if none
-	askedTo  atomic.Int64 // the successor a request to transfer named, or 0
-	position int          // records that blocked it when it queued
-	queued   time.Time    // when the acquisition started
+	rec             *entry        // the table's entry of its record, which its Lease takes over
+	position        int           // records that blocked it when it queued
+	queued          time.Time     // when the acquisition started
 
 	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
