@@ -505,3 +505,71 @@ func (t *deleteLossTxn) Commit() (*clientv3.TxnResponse, error) {
 	}
 	return nil, errors.New("reply lost (test)")
 }
+
+// A set takes Acquire's options, each for every lock of it: metadata
+// stored with each record, a maximum hold that ends the set, and a
+// lock-delay that every lock of the set waits out after the cap dropped
+// its record. Invalid options, and a set too large for its markers, fail
+// before anything is written.
+func TestAcquireAllOptions(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, cli)
+
+	_, err := c.AcquireAll(ctx, []string{"o1", "o2"}, lease.WithLockDelay(0))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
+	_, err = c.TryAcquireAll(ctx, []string{"o1", "o2"}, lease.WithMetadata("bad\n"))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
+	many := make([]string, lease.MaxDelayedSetSize+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("o-many-%d", i)
+	}
+	_, err = c.AcquireAll(ctx, many, lease.WithLockDelay(time.Second))
+	require.ErrorIs(t, err, lease.ErrInvalidSet)
+	assert.Empty(t, keysBut(t, cli, "", 0), "nothing was written")
+
+	set, err := c.AcquireAll(ctx, []string{"o1", "o2"}, lease.WithMetadata("transfer 9001"),
+		lease.WithMaxHold(300*time.Millisecond), lease.WithLockDelay(testDelay))
+	require.NoError(t, err)
+	gone := make([]<-chan time.Time, 2)
+	for i, l := range set.Leases() {
+		assert.Equal(t, "transfer 9001", l.Metadata(), l.Name())
+		st, err := c.Inspect(ctx, l.Name())
+		require.NoError(t, err)
+		require.NotNil(t, st.Holder)
+		assert.Equal(t, testDelay, st.Holder.LockDelay, l.Name())
+		gone[i] = deleteSeen(t, ctx, cli, st.Holder.Key)
+	}
+	next := []<-chan time.Time{acquireLater(ctx, t, newClient(t, cli), "o1"), acquireLater(ctx, t, newClient(t, cli), "o2")}
+	<-set.Done()
+	require.ErrorIs(t, set.Err(), lease.ErrMaxHold)
+	for i := range next {
+		dropped := <-gone[i]
+		waited := (<-next[i]).Sub(dropped)
+		t.Logf("lock %d of the set: successor admitted %v after the capped record was deleted", i, waited)
+		assert.GreaterOrEqual(t, waited, testDelay)
+	}
+}
+
+// A TryAcquireAll with a lock-delay that finds a lock held removes its
+// records and their markers before it returns.
+func TestTryAcquireAllWithLockDelayLeavesNothing(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	held, err := newClient(t, cli).Acquire(ctx, "my")
+	require.NoError(t, err)
+	holderKey, holderLease := heldRecord(t, cli, "my")
+	a := newClient(t, cli)
+	for round := range 3 {
+		_, err := a.TryAcquireAll(ctx, []string{"mx", "my"}, lease.WithLockDelay(time.Second))
+		require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
+		require.Empty(t, keysBut(t, cli, holderKey, holderLease), "round %d: records or markers left", round)
+	}
+	require.NoError(t, held.Release(ctx))
+	set, err := a.TryAcquireAll(ctx, []string{"mx", "my"}, lease.WithLockDelay(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, set.Release(ctx))
+	assert.Empty(t, keysBut(t, cli, "", 0), "a Release deletes the markers: no delay")
+}
