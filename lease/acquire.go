@@ -395,7 +395,7 @@ func (a *acquisition) drop(ctx context.Context, s *session, ms []*member, leases
 		}
 	}
 	if try && len(left) > 0 {
-		return a.c.removeNow(ctx, s, left, err)
+		return a.removeNow(ctx, s, left, err)
 	}
 	for _, r := range left {
 		a.c.recs.abandon(s, r.key, r.value, r.mark, r.uncertain)
