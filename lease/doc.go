@@ -441,9 +441,10 @@
 //  1. a Lease's operation lock (one Renew, Reenter, Release or Proclaim);
 //  2. the Client's session grant (one session created at a time);
 //  3. the Client's session set (the sessions, and whether it is closed);
-//  4. the Client's records table (its watches, held leases, waiters and
-//     orphans: watch events, promotions and session ends are judged
-//     under it);
+//  4. the Client's records table (its watches, held leases, waiters,
+//     orphans and each record's entry: its lock-delay marker, a request
+//     to release or transfer it, its release state; watch events,
+//     promotions and session ends are judged under it);
 //  5. a waiter's view of its queue;
 //  6. a session's state;
 //  7. the set of locks found taken lately;
