@@ -296,7 +296,8 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	}
 	if err != nil {
 		err = a.drop(callerCtx, s, ms, leases, e.written, err)
-		c.log.Debug("lease acquire failed", logattr.Lock(a.reqs[0].name), slog.Int("locks", len(ms)), slog.String("error", err.Error()))
+		c.log.Debug("lease acquire failed", logattr.Lock(a.reqs[0].name), slog.String("owner", ms[0].w.tok.Digest()),
+			slog.Int("locks", len(ms)), slog.String("error", err.Error()))
 		return nil, err
 	}
 	return leases, nil
