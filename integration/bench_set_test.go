@@ -56,7 +56,7 @@ func BenchmarkAcquireAll(b *testing.B) {
 func setCycle(c *lease.Client, names []string) func() error {
 	ctx := context.Background()
 	return func() error {
-		s, err := c.AcquireAll(ctx, names...)
+		s, err := c.AcquireAll(ctx, names)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func BenchmarkAcquireAllContended(b *testing.B) {
 	}
 	fk := contended(clients, locks, func(ctx context.Context, i int, names []string) (func() error, error) {
 		start := time.Now()
-		s, err := fks[i].AcquireAll(ctx, names...)
+		s, err := fks[i].AcquireAll(ctx, names)
 		if err != nil {
 			return nil, err
 		}

@@ -262,7 +262,7 @@ func setWorker(ctx context.Context, t *testing.T, c *lease.Client, p *faults.Pro
 		names = names[:2+rng.IntN(3)]
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		start := time.Now()
-		set, err := c.AcquireAll(actx, names...)
+		set, err := c.AcquireAll(actx, names)
 		cancel()
 		if took := time.Since(start); took > 6*time.Second {
 			t.Errorf("AcquireAll returned %v after its 5 s deadline", took)

@@ -12,40 +12,63 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// awaitAdmission waits until fewer records than w's kind allows block w in
-// queue, read at revision readRev, and returns the held lease.
+// member is one lock of an acquisition's attempt (see acquisition): what
+// was asked for, the waiter that follows its record's queue, the value
+// its record is written with, and the queue as read when it was written.
+type member struct {
+	c       *Client
+	req     request
+	w       *waiter
+	val     string
+	queue   []*mvccpb.KeyValue // the queue up to the member's record, once known
+	readRev int64              // the revision queue was read at
+}
+
+// await waits until fewer records than the member's kind allows block it
+// in its queue, and returns the held lease. A record deleted by a
+// Term.Transfer that passed it over fails with errSkipped.
+func (m *member) await(ctx context.Context) (*Lease, error) {
+	l, err := m.awaitAdmission(ctx)
+	if err != nil && errors.Is(err, ErrKeyDeleted) && m.skipped(ctx) {
+		err = errSkipped
+	}
+	return l, err
+}
+
+// awaitAdmission waits until m is admitted and returns the held lease.
 //
-// While it waits, the Client watches only the last record that blocks w
+// While it waits, the Client watches only the last record that blocks m
 // (see waiter.target), so that one release wakes the one waiter behind it
-// and not the whole queue. When that record goes, w is admitted if no
+// and not the whole queue. When that record goes, m is admitted if no
 // other blocker is left as far as it knows; otherwise it reads the queue
 // again and watches the new last blocker (see waitBehind).
-func (c *Client) awaitAdmission(ctx context.Context, w *waiter, queue []*mvccpb.KeyValue, readRev int64, req request) (*Lease, error) {
-	myRev, admitted, err := c.place(w, queue, readRev, req.try)
+func (m *member) awaitAdmission(ctx context.Context) (*Lease, error) {
+	myRev, admitted, err := m.place()
 	if err != nil {
 		return nil, err
 	}
-	if !admitted && req.try {
+	if !admitted && m.req.try {
 		return nil, ErrHeld
 	}
-	stuck := time.NewTicker(c.cfg.ttl)
+	stuck := time.NewTicker(m.c.cfg.ttl)
 	defer stuck.Stop()
 	for !admitted {
-		if err := c.waitBehind(ctx, w, stuck.C); err != nil {
+		if err := m.waitBehind(ctx, stuck.C); err != nil {
 			return nil, err
 		}
-		admitted = w.admitted()
+		admitted = m.w.admitted()
 	}
-	return c.admit(ctx, w, myRev, req)
+	return m.admit(ctx, myRev)
 }
 
-// place finds w's record in queue, read at readRev when it was written,
-// and sets what blocks it. It returns the record's creation revision, and
-// whether w is admitted.
-func (c *Client) place(w *waiter, queue []*mvccpb.KeyValue, readRev int64, try bool) (int64, bool, error) {
+// place finds m's record in its queue, read when it was written, and sets
+// what blocks it. It returns the record's creation revision, and whether
+// m is admitted.
+func (m *member) place() (int64, bool, error) {
+	w, queue := m.w, m.queue
 	pos := position(queue, w.key, 0)
 	switch {
-	case pos < 0 && try:
+	case pos < 0 && m.req.try:
 		return 0, false, ErrHeld
 	case pos < 0:
 		return 0, false, ErrKeyDeleted
@@ -60,7 +83,7 @@ func (c *Client) place(w *waiter, queue []*mvccpb.KeyValue, readRev int64, try b
 		return 0, false, err
 	}
 	w.position = len(blockers)
-	return myRev, w.setBlockers(blockers, need, readRev), nil
+	return myRev, w.setBlockers(blockers, need, m.readRev), nil
 }
 
 // position returns the index of the record at key in queue (created at
@@ -74,68 +97,61 @@ func position(queue []*mvccpb.KeyValue, key string, crev int64) int {
 	return -1
 }
 
-// waitBehind waits behind w's target (see watchTarget) until that record
-// goes or w is admitted, and reads the queue again unless w is admitted
+// waitBehind waits behind m's target (see watchTarget) until that record
+// goes or m is admitted, and reads the queue again unless m is admitted
 // then. A waiter whose watch started after its read reads at once; one
 // stuck behind the same records for a TTL checks for a foreign record.
-func (c *Client) waitBehind(ctx context.Context, w *waiter, stuck <-chan time.Time) error {
-	target, covered, err := c.watchTarget(ctx, w)
+func (m *member) waitBehind(ctx context.Context, stuck <-chan time.Time) error {
+	w := m.w
+	target, covered, err := m.watchTarget(ctx)
 	if err != nil {
 		return err
 	}
 	for covered && (target == w.dir || w.blocking(target)) && !w.admitted() {
-		if err := c.waitEvent(ctx, w, stuck); err != nil {
+		if err := m.waitEvent(ctx, stuck); err != nil {
 			return err
 		}
 	}
 	if w.admitted() {
 		return nil
 	}
-	return c.reread(ctx, w)
+	return m.reread(ctx)
 }
 
-// waitEvent waits for w to be woken (see waiter.wake), or the TTL tick
-// stuck, and returns nil, or the error that ends w's acquisition first.
-func (c *Client) waitEvent(ctx context.Context, w *waiter, stuck <-chan time.Time) error {
-	select {
-	case <-w.wakec:
-		return nil
-	case <-stuck:
+// waitEvent waits for m's waiter to be woken (see waiter.wake), or the
+// TTL tick stuck, and returns nil, or the error that ends m's acquisition
+// first.
+func (m *member) waitEvent(ctx context.Context, stuck <-chan time.Time) error {
+	ticked, err := m.wait(ctx, m.w.wakec, stuck)
+	if ticked {
 		// Longer than a TTL behind the same record: say so if it is a
 		// record that no session keeps, which never goes by itself.
-		if key, crev := w.oldestBlocker(); key != "" {
-			c.checkForeign(ctx, key, crev)
+		if key, crev := m.w.oldestBlocker(); key != "" {
+			m.checkForeign(ctx, key, crev)
 		}
-		return nil
-	case <-w.fin.done():
-		return w.failure()
-	case <-w.sess.fin.done():
-		return w.sess.cause()
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.bg.ctx.Done():
-		return ErrClosed
 	}
+	return err
 }
 
-// admit turns the admitted waiter w into a held lease (see promote), once
+// admit turns the admitted member into a held lease (see promote), once
 // its own record is known to have existed when the last blocker went.
-func (c *Client) admit(ctx context.Context, w *waiter, myRev int64, req request) (*Lease, error) {
-	if at := w.unconfirmed(); at != 0 && !c.recs.orderedWithOwn(w) {
-		if err := c.confirmOwn(ctx, w, at); err != nil {
+func (m *member) admit(ctx context.Context, myRev int64) (*Lease, error) {
+	if at := m.w.unconfirmed(); at != 0 && !m.c.recs.orderedWithOwn(m.w) {
+		if err := m.confirmOwn(ctx, at); err != nil {
 			return nil, err
 		}
 	}
-	return c.promote(w, myRev, req)
+	return m.promote(myRev)
 }
 
-// confirmOwn reads w's own record as it was at revision at, when a blocker
-// was seen gone, and fails w if it was gone or someone else's by then. A
+// confirmOwn reads m's own record as it was at revision at, when a blocker
+// was seen gone, and fails m if it was gone or someone else's by then. A
 // serializable read at that revision is answered by any member that has
 // applied it; one that has not (ErrFutureRev), or a revision compacted
 // away, leads to a read of the present instead: a record still there with
 // w's creation revision was there at every revision since.
-func (c *Client) confirmOwn(ctx context.Context, w *waiter, at int64) error {
+func (m *member) confirmOwn(ctx context.Context, at int64) error {
+	w, c := m.w, m.c
 	for {
 		resp, err := c.etcd.Get(ctx, w.key, clientv3.WithRev(at), clientv3.WithSerializable())
 		if errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted) {
@@ -145,38 +161,39 @@ func (c *Client) confirmOwn(ctx context.Context, w *waiter, at int64) error {
 			w.confirm(resp.Kvs)
 			return w.failure()
 		}
-		if err := c.pauseAfter(ctx, w, err); err != nil {
+		if err := m.pause(ctx, err); err != nil {
 			return err
 		}
 	}
 }
 
-// watchTarget makes the Client watch what w waits behind (see
+// watchTarget makes the Client watch what m waits behind (see
 // waiter.target), and returns it. covered reports whether that watch
 // delivers every event since w's blockers were read; if not, they must be
 // read again. A semaphore waiter's target is its directory, behind which
 // it waits until admitted.
-func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, covered bool, err error) {
-	key, prefix, at := w.target()
+func (m *member) watchTarget(ctx context.Context) (target string, covered bool, err error) {
+	key, prefix, at := m.w.target()
 	if key == "" {
 		return "", false, nil
 	}
-	kw := c.recs.watchBehind(w, key, prefix)
-	if err := waitFor(ctx, c, w, c.recs.watches.created(kw)); err != nil {
+	kw := m.c.recs.watchBehind(m.w, key, prefix)
+	if _, err := m.wait(ctx, m.c.recs.watches.created(kw), nil); err != nil {
 		return "", false, err
 	}
-	if c.bg.ctx.Err() != nil {
+	if m.c.bg.ctx.Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
 	return key, kw.start <= at, nil
 }
 
-// reread reads the records ahead of w again and sets its blockers.
-func (c *Client) reread(ctx context.Context, w *waiter) error {
+// reread reads the records ahead of m again and sets its blockers.
+func (m *member) reread(ctx context.Context) error {
+	w := m.w
 	opts := queueKeys(clientv3.WithMaxCreateRev(w.myRev))
 	for {
 		w.reading()
-		resp, err := c.etcd.Get(ctx, w.dir, opts...)
+		resp, err := m.c.etcd.Get(ctx, w.dir, opts...)
 		if err == nil {
 			pos := position(resp.Kvs, w.key, w.myRev)
 			if pos < 0 {
@@ -189,7 +206,7 @@ func (c *Client) reread(ctx context.Context, w *waiter) error {
 			w.setBlockers(blockers, need, resp.Header.Revision)
 			return nil
 		}
-		if err := c.pauseAfter(ctx, w, err); err != nil {
+		if err := m.pause(ctx, err); err != nil {
 			return err
 		}
 	}
@@ -198,7 +215,8 @@ func (c *Client) reread(ctx context.Context, w *waiter) error {
 // checkForeign reports a record in a lock's queue that no session keeps
 // alive (written by something other than a fencekit Client, or detached
 // from its lease): it blocks the lock until an operator deletes it.
-func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
+func (m *member) checkForeign(ctx context.Context, key string, crev int64) {
+	c := m.c
 	resp, err := c.etcd.Get(ctx, key)
 	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != crev {
 		return
@@ -214,31 +232,27 @@ func (c *Client) checkForeign(ctx context.Context, key string, crev int64) {
 		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
 }
 
-// promote turns the waiter into a held lease, unless its record or session
-// went meanwhile (see records.replace).
-func (c *Client) promote(w *waiter, rev int64, req request) (*Lease, error) {
+// promote turns m's waiter into a held lease, unless its record or
+// session went meanwhile (see records.replace).
+func (m *member) promote(rev int64) (*Lease, error) {
+	c, w, req := m.c, m.w, m.req
 	l := &Lease{
-		c:         c,
-		name:      req.name,
-		key:       w.key,
-		kind:      w.kind,
-		owner:     w.tok,
-		acquired:  time.Now(),
-		rev:       rev,
-		sess:      w.sess,
-		uncertain: w.uncertain,
-		written:   encodeValue(w.tok.Value(), 1, req.payload),
-		position:  w.position,
-		queued:    w.queued,
-		mark:      w.mark,
+		c:        c,
+		name:     req.name,
+		key:      w.key,
+		kind:     w.kind,
+		owner:    w.tok,
+		acquired: time.Now(),
+		rev:      rev,
+		sess:     w.sess,
+		position: w.position,
+		queued:   w.queued,
+		rec:      w.rec,
 	}
 	l.confirm(1, req.payload, rev)
 	l.fin.init()
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
-	}
-	if w.asked.Load() == rev {
-		l.asked.request(w.askedTo.Load()) // asked while it was being admitted
 	}
 	if req.maxHold > 0 {
 		l.capHold(req.maxHold)

@@ -59,7 +59,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		if !w.admitted() || w.unconfirmed() != blockerGone {
 			t.Fatalf("admitted %v unconfirmed %d; want admitted, unconfirmed at %d", w.admitted(), w.unconfirmed(), blockerGone)
 		}
-		if err := c.confirmOwn(ctx, w, blockerGone); !errors.Is(err, ErrKeyDeleted) {
+		if err := (&member{c: c, w: w}).confirmOwn(ctx, blockerGone); !errors.Is(err, ErrKeyDeleted) {
 			t.Fatalf("confirmOwn = %v; want ErrKeyDeleted (deleted at %d, before %d)", err, gone, blockerGone)
 		}
 	})
@@ -69,7 +69,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		del(dir + "b")
 		w := newWaiter(dir+"b", "tok-b", mine, mine)
 		w.onDelete(dir+"head", blockerGone)
-		if err := c.confirmOwn(ctx, w, blockerGone); err != nil {
+		if err := (&member{c: c, w: w}).confirmOwn(ctx, blockerGone); err != nil {
 			t.Fatalf("confirmOwn = %v; want nil: the record was there when the blocker went", err)
 		}
 	})
@@ -79,7 +79,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		blockerGone := put(dir+"other", "z")
 		w := newWaiter(dir+"c", "tok-c", mine, mine)
 		w.onDelete(dir+"head", blockerGone)
-		if err := c.confirmOwn(ctx, w, blockerGone); !errors.Is(err, ErrKeyOverwritten) {
+		if err := (&member{c: c, w: w}).confirmOwn(ctx, blockerGone); !errors.Is(err, ErrKeyOverwritten) {
 			t.Fatalf("confirmOwn = %v; want ErrKeyOverwritten", err)
 		}
 	})
@@ -92,13 +92,13 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 		w := newWaiter(dir+"d", "tok-d", mine, mine)
 		w.onDelete(dir+"head", blockerGone)
-		if err := c.confirmOwn(ctx, w, blockerGone); err != nil {
+		if err := (&member{c: c, w: w}).confirmOwn(ctx, blockerGone); err != nil {
 			t.Fatalf("confirmOwn = %v; want nil from a read of the present", err)
 		}
 		del(dir + "d")
 		w = newWaiter(dir+"d", "tok-d", mine, mine)
 		w.onDelete(dir+"head", blockerGone)
-		if err := c.confirmOwn(ctx, w, blockerGone); !errors.Is(err, ErrKeyDeleted) {
+		if err := (&member{c: c, w: w}).confirmOwn(ctx, blockerGone); !errors.Is(err, ErrKeyDeleted) {
 			t.Fatalf("confirmOwn = %v; want ErrKeyDeleted from a read of the present", err)
 		}
 	})

@@ -58,12 +58,12 @@ func (t *records) addUncertain(s *session) {
 // unless the acquisition's own write might still apply late, in which
 // case the key stays an orphan until the session ends. t.mu is held.
 func (t *records) releaseKey(l *Lease) {
-	if !l.uncertain {
+	if !l.rec.uncertain {
 		l.sess.freeSlot(l.key)
 		return
 	}
 	if l.sess.failure() == nil {
-		t.orphans[l.key] = orphan{value: l.written, sess: l.sess, uncertain: true}
+		t.orphans[l.key] = orphan{value: l.rec.value, sess: l.sess, uncertain: true}
 		t.addUncertain(l.sess)
 	}
 }
@@ -164,13 +164,14 @@ type leftRecord struct {
 // handed to that clean-up first, whatever happens: it deletes the record
 // whenever the watch sees it appear, until the session ends (see
 // orphan.uncertain).
-func (c *Client) removeNow(ctx context.Context, s *session, left []leftRecord, err error) error {
+func (a *acquisition) removeNow(ctx context.Context, s *session, left []leftRecord, err error) error {
+	c := a.c
 	for _, r := range left {
 		if r.uncertain {
 			c.recs.abandon(s, r.key, r.value, r.mark, true)
 		}
 	}
-	gone, cause := c.deleteLeft(ctx, s, left)
+	gone, cause := a.deleteLeft(ctx, s, left)
 	if cause != nil {
 		names := make([]string, len(left))
 		for i, r := range left {
@@ -193,7 +194,8 @@ func (c *Client) removeNow(ctx context.Context, s *session, left []leftRecord, e
 // comes (see removeNow), and reports for each record whether it is gone:
 // deleted now, or found absent, rather than someone else's record under
 // its key. cause is why no reply came, or etcd's refusal.
-func (c *Client) deleteLeft(ctx context.Context, s *session, left []leftRecord) (gone []bool, cause error) {
+func (a *acquisition) deleteLeft(ctx context.Context, s *session, left []leftRecord) (gone []bool, cause error) {
+	c := a.c
 	ops := make([]clientv3.Op, len(left))
 	for i, r := range left {
 		cmp, del, get := deleteOps(r.key, r.value, r.mark)
@@ -201,7 +203,7 @@ func (c *Client) deleteLeft(ctx context.Context, s *session, left []leftRecord) 
 	}
 	rs := newResender(s.ttl, &c.lat.change)
 	for {
-		resp, err := c.txnWithin(ctx, rs.deadline(), ops)
+		resp, err := a.txnWithin(ctx, rs.deadline(), ops)
 		switch {
 		case err == nil:
 			gone = make([]bool, len(left))
@@ -221,10 +223,10 @@ func (c *Client) deleteLeft(ctx context.Context, s *session, left []leftRecord) 
 // txnWithin sends a transaction of ops, giving etcd d to reply, within
 // ctx; no reply in time is errNoReply, not a ctx error, while ctx lives
 // (as Lease.txnWithin).
-func (c *Client) txnWithin(ctx context.Context, d time.Duration, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+func (a *acquisition) txnWithin(ctx context.Context, d time.Duration, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
 	tctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	resp, err := c.etcd.Txn(tctx).Then(ops...).Commit()
+	resp, err := a.c.etcd.Txn(tctx).Then(ops...).Commit()
 	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
 		err = fmt.Errorf("%w within %v", errNoReply, d)
 	}

@@ -65,7 +65,7 @@
 //     watch's events, so compaction alone never hides a term; a Leader
 //     with Gap set follows history compacted while Observe was cut off);
 //     Proclaim changes the published value and Release ends the term.
-//   - Client.AcquireAll(names...): several exclusive locks, all or nothing,
+//   - Client.AcquireAll(names, opts...): several exclusive locks, all or nothing,
 //     as one Set. One transaction writes a record into every lock's queue,
 //     so all of them have the same creation revision (the Set's fencing
 //     revision; each is a normal token of its lock), and the Set is held
@@ -192,6 +192,25 @@
 // reads and keep-alives for Set.Renew. In the model above a set counts
 // as k own record keys (K) and, while it waits, as many waiting
 // acquisitions (W) as locks it still waits for.
+//
+// # One acquisition pipeline
+//
+// Acquire is AcquireAll of one lock, and every acquisition (a Semaphore's
+// permit, an RWMutex's lock, a Campaign) runs the same attempt: it claims
+// a record key per lock on the Client's session, writes every record in
+// one transaction (with its lock-delay marker, if any), waits until each
+// record is admitted under its kind's rule (exclusive, read, semaphore
+// slot), and on failure removes what it wrote, before it returns for a
+// try and in the background otherwise. So a set takes Acquire's options
+// (WithMetadata, WithMaxHold, WithLockDelay), each applying to every lock
+// of the set, and a fix to one path is a fix to all: a try of a set, like
+// a TryAcquire, returns only once its records are gone or with a
+// *LeftBehindError. With WithLockDelay a set holds at most
+// MaxDelayedSetSize locks: each marker is one more operation in the
+// transaction. What differs is the first write's shape: a TryAcquire of
+// one exclusive lock probes it in one transaction that writes only into
+// a free lock, while a TryAcquireAll writes its records the queueing way
+// and removes them if a lock was held.
 //
 // # Results
 //
@@ -422,9 +441,10 @@
 //  1. a Lease's operation lock (one Renew, Reenter, Release or Proclaim);
 //  2. the Client's session grant (one session created at a time);
 //  3. the Client's session set (the sessions, and whether it is closed);
-//  4. the Client's records table (its watches, held leases, waiters and
-//     orphans: watch events, promotions and session ends are judged
-//     under it);
+//  4. the Client's records table (its watches, held leases, waiters,
+//     orphans and each record's entry: its lock-delay marker, a request
+//     to release or transfer it, its release state; watch events,
+//     promotions and session ends are judged under it);
 //  5. a waiter's view of its queue;
 //  6. a session's state;
 //  7. the set of locks found taken lately;

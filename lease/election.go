@@ -215,7 +215,7 @@ func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 			if !o.watch(ctx) {
 				return
 			}
-			if !sleep(ctx, 50*time.Millisecond) {
+			if !sleep(ctx, nil, 50*time.Millisecond) {
 				return
 			}
 		}
@@ -382,15 +382,4 @@ func (e *Election) leaderOf(kv *mvccpb.KeyValue) Leader {
 	_, _, payload, _ := decodeRecord(kv.Value)
 	since, value := decodePayload(payload)
 	return Leader{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}, Since: since, key: string(kv.Key)}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -252,7 +252,7 @@ func ExampleClient_AcquireAll() {
 	defer locks.Close()
 	ctx := context.Background()
 
-	set, err := locks.AcquireAll(ctx, "account-17", "account-42")
+	set, err := locks.AcquireAll(ctx, []string{"account-17", "account-42"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -271,6 +271,49 @@ func ExampleClient_AcquireAll() {
 	// Output:
 	// one revision: true
 	// tokens: account-17 account-42
+}
+
+// A set takes Acquire's options, for every lock of it: here a note for
+// operators stored with each record, a cap on how long the set may be
+// held, and a lock-delay, so that if the holder vanishes without a
+// Release, neither account passes to anyone else for a second.
+func ExampleClient_AcquireAll_options() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	locks, err := lease.New(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+
+	set, err := locks.AcquireAll(ctx, []string{"account-17", "account-42"},
+		lease.WithMetadata("transfer 9001"),
+		lease.WithMaxHold(time.Minute),
+		lease.WithLockDelay(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range set.Leases() {
+		fmt.Println(l.Name(), l.Metadata())
+	}
+	// A Release hands over at once: the lock-delay applies only to a set
+	// that vanished otherwise.
+	if err := set.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	free, err := locks.TryAcquire(ctx, "account-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("free again:", free.Name())
+	if err := free.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// account-17 transfer 9001
+	// account-42 transfer 9001
+	// free again: account-42
 }
 
 // A nightly job notes what it does in its record, for whoever inspects the

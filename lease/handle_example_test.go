@@ -64,7 +64,7 @@ func ExampleHandle() {
 		log.Fatal(err)
 	}
 	held = append(held, p)
-	set, err := locks.AcquireAll(ctx, "account-17", "account-42")
+	set, err := locks.AcquireAll(ctx, []string{"account-17", "account-42"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestHandleContract(t *testing.T) {
 	require.NoError(t, err)
 	p, err := sem.Acquire(ctx)
 	require.NoError(t, err)
-	set, err := c.AcquireAll(ctx, "h-a", "h-b")
+	set, err := c.AcquireAll(ctx, []string{"h-a", "h-b"})
 	require.NoError(t, err)
 	el, err := c.Election("h-election")
 	require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestSetReleaseRequested(t *testing.T) {
 	holder := newClient(t, cli)
 	operator := newClient(t, cli)
 
-	set, err := holder.AcquireAll(ctx, "ask-a", "ask-b")
+	set, err := holder.AcquireAll(ctx, []string{"ask-a", "ask-b"})
 	require.NoError(t, err)
 	asked := set.ReleaseRequested()
 	select {

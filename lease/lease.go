@@ -34,20 +34,9 @@ type Lease struct {
 	rev      int64
 	sess     *session
 	acquired time.Time
-	written  string     // the value the acquisition wrote
-	position int        // records that blocked it when it queued
-	queued   time.Time  // when the acquisition started
-	mark     *delayMark // the lock-delay marker written with the record; nil if none
-	// uncertain: a request that wrote this acquisition's record got no
-	// reply, so a copy of the write may still apply after the record is
-	// deleted (see orphan.uncertain).
-	uncertain bool
-
-	// Whether a delete of the record may be this holder's own Release,
-	// and whether the watch saw one while it was in flight (see relState);
-	// guarded by the records table's lock.
-	rel       relState
-	sawDelete bool
+	position int       // records that blocked it when it queued
+	queued   time.Time // when the acquisition started
+	rec      *entry    // the records table's entry of its record, taken over from the waiter
 
 	asked releaseAsk // see ReleaseRequested
 
@@ -250,9 +239,9 @@ func (l *Lease) end(err error) {
 	// Transfer sends its transaction right after end returns.
 	l.bound.end(err)
 	l.fin.finish()
-	if l.mark != nil && errors.Is(err, ErrLost) && l.sess.failure() == nil {
+	if l.rec.mark != nil && errors.Is(err, ErrLost) && l.sess.failure() == nil {
 		// Not released: the lock waits out the delay (see WithLockDelay).
-		l.c.bg.spawn(func() { l.c.expireMarker(l) })
+		l.c.bg.spawn(l.expireMarker)
 	}
 }
 
@@ -288,7 +277,8 @@ func FromContext(ctx context.Context, name string) (*Lease, bool) {
 
 // relState says whether a delete of a held lease's record may be its
 // holder's own Release of the last hold. It is the records table's state,
-// kept on the Lease (Lease.rel, Lease.sawDelete) under the table's lock.
+// kept in the record's entry (entry.rel, entry.sawDelete) under the
+// table's lock.
 type relState uint8
 
 const (

@@ -213,8 +213,8 @@ func (c *Client) renewShadows(ctx context.Context, s *session) error {
 // of its delay (plus delaySlack), keeping its place in the queue. A
 // session that ends meanwhile leaves the marker on its lock-delay lease,
 // which expires by itself at least the delay later.
-func (c *Client) expireMarker(l *Lease) {
-	m := l.mark
+func (l *Lease) expireMarker() {
+	c, m := l.c, l.rec.mark
 	for attempt := 0; ; attempt++ {
 		if l.sess.failure() != nil || c.bg.ctx.Err() != nil {
 			return

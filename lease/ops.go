@@ -204,8 +204,8 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 	ops := []clientv3.Op{write}
 	if last {
 		ops[0] = clientv3.OpDelete(l.key)
-		if l.mark != nil {
-			ops = append(ops, clientv3.OpDelete(l.mark.key)) // a clean release: no delay
+		if l.rec.mark != nil {
+			ops = append(ops, clientv3.OpDelete(l.rec.mark.key)) // a clean release: no delay
 		}
 		mayDelete = l.c.recs.startRelease(l)
 	}
@@ -287,7 +287,7 @@ func (l *Lease) resolve(st stored) (pendingCall, bool) {
 	return pendingCall{}, false
 }
 
-// settleReleasing sets l.rel after a call: pending while a Release
+// settleReleasing sets l's release state after a call: pending while a Release
 // of the last hold has an unknown outcome, none otherwise. It reports
 // whether the watch saw the record deleted meanwhile.
 func (l *Lease) settleReleasing() (sawDelete bool) {
@@ -361,7 +361,7 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 // ownMarker reports whether kv, the head of the lock's queue, is l's own
 // lock-delay marker: the lock is in l's delay, and nobody holds it.
 func (l *Lease) ownMarker(kv *mvccpb.KeyValue) bool {
-	return l.mark != nil && string(kv.Key) == l.mark.key
+	return l.rec.mark != nil && string(kv.Key) == l.rec.mark.key
 }
 
 func (l *Lease) logResult(op opKind, result string, err error) {

@@ -61,6 +61,31 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 	return t
 }
 
+// entry is the table's state of one record this Client wrote, from its
+// write until the Client lets it go, whoever follows the record meanwhile
+// (its waiter, then its Lease): what the features that attach to a record
+// keep, rather than the handles. value, mark and uncertain are set by the
+// acquiring goroutine before its waiter becomes a Lease, and not changed
+// after; the other fields are guarded by the table's lock.
+type entry struct {
+	value string     // the value the acquisition wrote: its owner token and hold count 1
+	mark  *delayMark // the lock-delay marker written with the record; nil if none
+	// uncertain: a request that wrote the record got no reply, so a copy
+	// of the write may still apply after the record is deleted (see
+	// orphan.uncertain).
+	uncertain bool
+
+	// askRev is the creation revision of the record a request to release
+	// named while the record was waited for (see records.ask), or 0;
+	// askTo the successor a request to transfer named, or 0. The Lease
+	// takes them over when it is admitted (see records.replace).
+	askRev, askTo int64
+	// Whether a delete of the held record may be its holder's own Release,
+	// and whether the watch saw one while it was in flight (see relState).
+	rel       relState
+	sawDelete bool
+}
+
 // ending is a lease to end, and why, once the table's lock is released.
 type ending struct {
 	l   *Lease
@@ -129,6 +154,9 @@ func (t *records) replace(w *waiter, l *Lease) error {
 		return fmt.Errorf("session ended while acquiring: %w", err)
 	}
 	t.held[w.key] = l
+	if w.rec.askRev == l.rev {
+		l.asked.request(w.rec.askTo) // asked while it was being admitted
+	}
 	return nil
 }
 
@@ -189,7 +217,7 @@ func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
 		}
 		delete(t.held, k)
 		switch {
-		case !closing && l.rel == relPending:
+		case !closing && l.rec.rel == relPending:
 			released = append(released, ending{l, ErrReleased})
 		case closing:
 			lose = append(lose, ending{l, cause})
@@ -228,7 +256,7 @@ func (t *records) put(kv *mvccpb.KeyValue) {
 		return
 	}
 	tok, _, ok := decodeValue(kv.Value)
-	if l := t.held[key]; l != nil && rev > l.rev && l.rel == relNone {
+	if l := t.held[key]; l != nil && rev > l.rev && l.rec.rel == relNone {
 		if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 			delete(t.held, key)
 			ends = append(ends, ending{l, l.lostError(ErrKeyOverwritten)})
@@ -285,7 +313,7 @@ func (t *records) resync(covers func(string) bool, present map[string]*mvccpb.Ke
 			ends = t.recordGone(l, ends)
 			continue
 		}
-		if l.rel == relNone && !ownedBy(kv.Value, l.owner.Value()) {
+		if l.rec.rel == relNone && !ownedBy(kv.Value, l.owner.Value()) {
 			delete(t.held, k)
 			ends = append(ends, ending{l, l.lostError(ErrKeyOverwritten)})
 		}
@@ -335,12 +363,11 @@ func (t *records) ask(key string, rev, to int64) {
 	}
 	if w := t.waiters[key]; w != nil {
 		if to != 0 {
-			w.askedTo.Store(to)
+			w.rec.askTo = to
 		}
 		// The newest revision: an older one is a request for an earlier
 		// record under the same key, handled late.
-		for old := w.asked.Load(); rev > old && !w.asked.CompareAndSwap(old, rev); old = w.asked.Load() {
-		}
+		w.rec.askRev = max(w.rec.askRev, rev)
 	}
 }
 
@@ -362,7 +389,7 @@ func (t *records) finish(l *Lease, recordGone bool) {
 	if t.held[l.key] == l {
 		delete(t.held, l.key)
 	}
-	l.rel = relNone
+	l.rec.rel = relNone
 	if recordGone {
 		t.releaseKey(l)
 	}
@@ -398,7 +425,7 @@ func (t *records) startRelease(l *Lease) bool {
 	if t.held[l.key] != l {
 		return false
 	}
-	l.rel, l.sawDelete = relInFlight, false
+	l.rec.rel, l.rec.sawDelete = relInFlight, false
 	return true
 }
 
@@ -409,11 +436,11 @@ func (t *records) startRelease(l *Lease) bool {
 func (t *records) settleRelease(l *Lease, pending bool) (sawDelete bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l.rel = relNone
+	l.rec.rel = relNone
 	if pending {
-		l.rel = relPending
+		l.rec.rel = relPending
 	}
-	sawDelete, l.sawDelete = l.sawDelete, false
+	sawDelete, l.rec.sawDelete = l.rec.sawDelete, false
 	return sawDelete
 }
 
@@ -425,9 +452,9 @@ func (t *records) settleRelease(l *Lease, pending bool) (sawDelete bool) {
 // ErrKeyDeleted) the Client finds out in the background. t.mu is held,
 // and the table is not closed.
 func (t *records) recordGone(l *Lease, ends []ending) []ending {
-	switch l.rel {
+	switch l.rec.rel {
 	case relInFlight:
-		l.sawDelete = true
+		l.rec.sawDelete = true
 		return ends
 	case relPending:
 		t.finish(l, true)

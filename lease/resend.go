@@ -105,14 +105,20 @@ func (r *resender) again(ctx context.Context, c *Client) bool {
 	if wait == 0 {
 		return true
 	}
-	t := time.NewTimer(wait)
+	return sleep(ctx, c.bg.ctx.Done(), wait)
+}
+
+// sleep waits d and reports true, or false as soon as ctx ends or stop
+// (nil: never) closes.
+func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
 		return false
-	case <-c.bg.ctx.Done():
+	case <-stop:
 		return false
 	}
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/logattr"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,47 +19,14 @@ import (
 // smaller sets; the error names etcd's limit.
 const MaxSetSize = 64
 
-// AcquireAll takes every lock named, all or nothing, and returns them as one
-// Set. One etcd transaction writes a record into each lock's queue, so every
-// record has the same creation revision: the Set's fencing revision, and
-// each lock's usual fencing token (a plain Acquire of one of those locks
-// queues with the Set's record in the usual order). The Set is held once
-// its record heads every queue (FIFO per lock, as for Acquire).
-//
-// Waiting for a set cannot deadlock: every acquisition waits only for
-// records created before its own, and two sets that share locks were
-// written at two different revisions, so the older one is ahead of the
-// newer one in every queue they share. Each record has its own owner token;
-// while the Set waits, a lock whose record is already at the head is held
-// (its record blocks those behind it, as any waiting record does).
-//
-// Names must be valid lock names (see ValidateName), distinct, and at most
-// MaxSetSize; otherwise AcquireAll returns an error matching ErrInvalidSet
-// or ErrInvalidName and writes nothing. Errors are otherwise as for
-// Acquire: when any lock of the set fails (ctx ends, a record is removed),
-// every record is removed again and nothing is held.
-func (c *Client) AcquireAll(ctx context.Context, names ...string) (*Set, error) {
-	return c.acquireSet(ctx, names, false)
-}
+// MaxDelayedSetSize is the most locks one AcquireAll WithLockDelay takes:
+// each lock's lock-delay marker is one more operation in the transaction
+// that writes the records.
+const MaxDelayedSetSize = maxTxnOps / 3
 
-// TryAcquireAll takes every lock named if none of them is held or waited
-// for, in one transaction, and returns an error matching ErrHeld at once
-// otherwise. Names are as for AcquireAll; ctx bounds the requests.
-//
-// A TryAcquireAll that fails returns only once the records it wrote are
-// deleted (one transaction, each delete comparing its record's owner
-// token), so that a lock it found free is free again when it returns. A
-// delete whose reply is lost is sent again, within ctx and for up to one
-// TTL. If it still cannot confirm that the records are gone, it returns a
-// *LeftBehindError (matching ErrLeftBehind, and ErrHeld when a lock was
-// held) naming the locks whose records may remain; the Client goes on
-// deleting them in the background, and they go with their session at the
-// latest. As for Acquire, a write whose reply was lost may still be
-// applied by etcd after the call: the Client deletes such a record as soon
-// as its watch sees it appear.
-func (c *Client) TryAcquireAll(ctx context.Context, names ...string) (*Set, error) {
-	return c.acquireSet(ctx, names, true)
-}
+// maxTxnOps is etcd's default bound on the operations of a transaction
+// branch (--max-txn-ops).
+const maxTxnOps = 128
 
 // Set is a group of exclusive locks taken together by AcquireAll: a Lease
 // per lock, all with the same fencing revision. It ends when any of them
@@ -238,7 +201,7 @@ func (s *Set) Release(ctx context.Context) error {
 // two at once): the compares make a call that slips in between harmless.
 func (s *Set) releaseAtOnce(ctx context.Context) bool {
 	cmps := make([]clientv3.Cmp, 0, 2*len(s.leases))
-	dels := make([]clientv3.Op, 0, len(s.leases))
+	dels := make([]clientv3.Op, 0, 2*len(s.leases))
 	inFlight := make([]bool, len(s.leases))
 	for i, l := range s.leases {
 		l.opMu.Lock()
@@ -247,6 +210,9 @@ func (s *Set) releaseAtOnce(ctx context.Context) bool {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
 				clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)))
 			dels = append(dels, clientv3.OpDelete(l.key))
+			if l.rec.mark != nil {
+				dels = append(dels, clientv3.OpDelete(l.rec.mark.key)) // a clean release: no delay
+			}
 			inFlight[i] = l.c.recs.startRelease(l)
 		}
 		l.opMu.Unlock()
@@ -310,53 +276,37 @@ func newSet(names []string, leases []*Lease, rev int64) *Set {
 	return s
 }
 
-func (c *Client) acquireSet(ctx context.Context, names []string, try bool) (*Set, error) {
-	names = slices.Clone(names)
-	if err := validateSet(names); err != nil {
-		return nil, err
-	}
-	ctx, span := c.tracer.Start(ctx, "fencekit.lease.acquire_all")
-	start := time.Now()
-	set, err := c.acquireSetOnce(ctx, names, try)
-	for range 3 {
-		if !tryAgain(err) || ctx.Err() != nil {
-			break
-		}
-		set, err = c.acquireSetOnce(ctx, names, try) // as acquireWithRetries does
-	}
-	if tryAgain(err) && ctx.Err() != nil {
-		err = context.Cause(ctx)
-	}
-	endSpan(span, err)
+// newSetRequests is the requests of an AcquireAll of names with opts, one
+// per lock, checked before anything is written.
+func newSetRequests(names []string, try bool, opts []AcquireOption) ([]request, error) {
+	req, err := newRequest("", try, opts)
 	if err != nil {
-		c.countFailure(ctx, err)
-		err = opErr("acquire all", setLabel(names), err)
-		if ctx.Err() == nil && !permanent(err) {
-			err = retryable(err)
-		}
 		return nil, err
 	}
-	c.met.acquired(time.Since(start))
-	c.log.Info("lease set acquired", slog.Int("locks", len(names)), logattr.Fence(set.rev),
-		slog.Duration("waited", time.Since(start)))
-	return set, nil
-}
-
-// setLabel names a set in errors: its first lock, and how many others.
-func setLabel(names []string) string {
-	if len(names) == 1 {
-		return names[0]
+	req.op = "acquire all"
+	limit := MaxSetSize
+	if req.lockDelay > 0 {
+		limit = MaxDelayedSetSize
 	}
-	return fmt.Sprintf("%s and %d more", names[0], len(names)-1)
+	if err := validateSet(names, limit); err != nil {
+		return nil, err
+	}
+	reqs := make([]request, len(names))
+	for i, name := range names {
+		reqs[i] = req
+		reqs[i].name = name
+	}
+	return reqs, nil
 }
 
-// validateSet checks names before anything is written.
-func validateSet(names []string) error {
+// validateSet checks names, at most limit of them, before anything is
+// written.
+func validateSet(names []string, limit int) error {
 	switch {
 	case len(names) == 0:
 		return fmt.Errorf("%w: no lock names", ErrInvalidSet)
-	case len(names) > MaxSetSize:
-		return fmt.Errorf("%w: %d locks, more than MaxSetSize (%d)", ErrInvalidSet, len(names), MaxSetSize)
+	case len(names) > limit:
+		return fmt.Errorf("%w: %d locks, more than %d (MaxSetSize, or MaxDelayedSetSize with a lock-delay)", ErrInvalidSet, len(names), limit)
 	}
 	seen := make(map[string]struct{}, len(names))
 	for _, name := range names {
@@ -369,310 +319,4 @@ func validateSet(names []string) error {
 		seen[name] = struct{}{}
 	}
 	return nil
-}
-
-// setMember is one lock of a set being acquired.
-type setMember struct {
-	w   *waiter
-	val string
-	req request
-}
-
-// acquireSetOnce writes the set's records on the current session in one
-// transaction and waits until each is admitted.
-func (c *Client) acquireSetOnce(ctx context.Context, names []string, try bool) (*Set, error) {
-	s, err := c.session(ctx)
-	if err != nil {
-		return nil, err
-	}
-	callerCtx := ctx // bounds a failed try's deletes (see acquireOnce)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
-	defer stop()
-	members := make([]setMember, 0, len(names))
-	for _, name := range names {
-		m := c.newMember(s, name, try)
-		if err := c.recs.subscribe(m.w); err != nil {
-			err = c.dropMembers(callerCtx, s, members, nil, false, err)
-			s.freeSlot(m.w.key)
-			return nil, err
-		}
-		c.met.waiting.Inc()
-		defer c.met.waiting.Dec()
-		members = append(members, m)
-	}
-	queues, readRevs, written, err := c.enqueueSet(ctx, members)
-	if err != nil {
-		return nil, c.dropMembers(callerCtx, s, members, nil, written, err)
-	}
-	leases, err := c.admitSet(ctx, members, queues, readRevs)
-	if err != nil {
-		return nil, c.dropMembers(callerCtx, s, members, leases, true, err)
-	}
-	return newSet(names, leases, leases[0].rev), nil
-}
-
-// newMember prepares the acquisition of one lock of a set on session s.
-func (c *Client) newMember(s *session, name string, try bool) setMember {
-	tok := c.src.New()
-	dir := lockDir(c.cfg.prefix, name)
-	key := s.claimSlot(dir, exclusive.suffix())
-	w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: exclusive, tok: tok, sess: s,
-		wakec: make(chan struct{}, 1), queued: time.Now()}
-	w.fin.init()
-	return setMember{w: w, val: encodeValue(tok.Value(), 1), req: request{name: name, kind: exclusive, try: try, op: "acquire all"}}
-}
-
-// enqueueSet writes every member's record in one transaction, which also
-// reads each lock's queue, and returns the queues and the revision of the
-// write. A transaction whose reply was lost is sent again: it then finds
-// the records written (with this set's owner tokens) and reads the queues.
-//
-// When every lock looks free to this Client (none found taken lately, see
-// enqueue) and the set is not a try, the first transaction compares each
-// lock's whole directory with nothing and reads nothing, as enqueue does
-// for one lock: each record is then its queue. If a directory is not
-// empty that transaction writes nothing, and the set is written the
-// queueing way.
-func (c *Client) enqueueSet(ctx context.Context, members []setMember) (queues [][]*mvccpb.KeyValue, readRevs []int64, written bool, err error) {
-	if c.setLooksFree(members) {
-		queues, rev, ok, err := c.enqueueFreeSet(ctx, members)
-		switch {
-		case err != nil:
-			return nil, nil, false, err
-		case ok:
-			return c.catchUpSet(ctx, members, queues, rev)
-		}
-	}
-	n := len(members)
-	cmps := make([]clientv3.Cmp, 0, n)
-	ops := make([]clientv3.Op, 0, 2*n)
-	for _, m := range members {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(m.w.key), "=", 0))
-		ops = append(ops, clientv3.OpPut(m.w.key, m.val, clientv3.WithLease(m.w.sess.id)))
-	}
-	for _, m := range members {
-		ops = append(ops, clientv3.OpGet(m.w.dir, queueKeys()...))
-	}
-	for {
-		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		switch {
-		case err != nil:
-			for _, m := range members {
-				m.w.uncertain = true
-			}
-			if err := c.pauseAfter(ctx, members[0].w, err); err != nil {
-				return nil, nil, false, err
-			}
-			continue
-		case resp.Succeeded:
-			queues = make([][]*mvccpb.KeyValue, n)
-			for i, m := range members {
-				queues[i] = resp.Responses[n+i].GetResponseRange().Kvs
-				c.recs.busy.note(m.w.dir, len(queues[i]) > 1)
-			}
-			return c.catchUpSet(ctx, members, queues, resp.Header.Revision)
-		}
-		// A key exists: this set's own records, from a try whose reply
-		// was lost, or someone else's record under a key of this session.
-		queues, rev, err := c.readSet(ctx, members)
-		if err == nil {
-			return c.catchUpSet(ctx, members, queues, rev)
-		}
-		if !errors.Is(err, errRetryRead) {
-			return nil, nil, false, err
-		}
-	}
-}
-
-// setLooksFree reports whether a set's records may be written the way of
-// a free lock: not a try, and no lock of it found taken lately.
-func (c *Client) setLooksFree(members []setMember) bool {
-	for _, m := range members {
-		if m.req.try || c.recs.busy.has(m.w.dir) {
-			return false
-		}
-	}
-	return true
-}
-
-// enqueueFreeSet writes every member's record in one transaction if every
-// lock's directory is empty, reading nothing. It reports whether it wrote;
-// when it did not (a directory was not empty), every lock is noted as
-// taken lately, and nothing was written. A transaction whose reply was
-// lost is sent again: if the first applied, the second finds the
-// directories taken (by this set's own records), writes nothing, and the
-// queueing write that follows finds the records (see readSet).
-func (c *Client) enqueueFreeSet(ctx context.Context, members []setMember) ([][]*mvccpb.KeyValue, int64, bool, error) {
-	cmps := make([]clientv3.Cmp, 0, len(members))
-	ops := make([]clientv3.Op, 0, len(members))
-	for _, m := range members {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(m.w.dir).WithPrefix(), "=", 0))
-		ops = append(ops, clientv3.OpPut(m.w.key, m.val, clientv3.WithLease(m.w.sess.id)))
-	}
-	for {
-		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err != nil {
-			for _, m := range members {
-				m.w.uncertain = true
-			}
-			if err := c.pauseAfter(ctx, members[0].w, err); err != nil {
-				return nil, 0, false, err
-			}
-			continue
-		}
-		if !resp.Succeeded {
-			for _, m := range members {
-				c.recs.busy.note(m.w.dir, true)
-			}
-			return nil, 0, false, nil
-		}
-		rev := resp.Header.Revision
-		queues := make([][]*mvccpb.KeyValue, len(members))
-		for i, m := range members {
-			queues[i] = []*mvccpb.KeyValue{{Key: []byte(m.w.key), CreateRevision: rev, ModRevision: rev}}
-		}
-		return queues, rev, true, nil
-	}
-}
-
-// errRetryRead asks enqueueSet to write again: the read found none of the
-// set's records (the write it follows did not apply).
-var errRetryRead = errors.New("lease: set not written")
-
-// readSet reads the set's records and queues after a write that did not
-// apply because a key existed.
-func (c *Client) readSet(ctx context.Context, members []setMember) ([][]*mvccpb.KeyValue, int64, error) {
-	n := len(members)
-	ops := make([]clientv3.Op, 0, 2*n)
-	for _, m := range members {
-		ops = append(ops, clientv3.OpGet(m.w.dir, queueKeys()...), clientv3.OpGet(m.w.key))
-	}
-	for {
-		resp, err := c.etcd.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			if err := c.pauseAfter(ctx, members[0].w, err); err != nil {
-				return nil, 0, err
-			}
-			continue
-		}
-		queues := make([][]*mvccpb.KeyValue, n)
-		found := 0
-		for i, m := range members {
-			queues[i] = resp.Responses[2*i].GetResponseRange().Kvs
-			own := resp.Responses[2*i+1].GetResponseRange().Kvs
-			switch {
-			case len(own) > 0 && string(own[0].Value) != m.val:
-				return nil, 0, errSlotTaken
-			case len(own) > 0:
-				found++
-			}
-		}
-		if found == 0 {
-			return nil, 0, errRetryRead
-		}
-		return queues, resp.Header.Revision, nil
-	}
-}
-
-// catchUpSet makes each member's watch current with the queue read at
-// readRev (see catchUp) and returns each member's queue and the revision
-// it was read at.
-func (c *Client) catchUpSet(ctx context.Context, members []setMember, queues [][]*mvccpb.KeyValue, readRev int64) ([][]*mvccpb.KeyValue, []int64, bool, error) {
-	revs := make([]int64, len(members))
-	for i, m := range members {
-		q, at, err := c.catchUp(ctx, m.w, m.val, readRev)
-		switch {
-		case err != nil:
-			return nil, nil, true, err
-		case q != nil:
-			queues[i], revs[i] = q, at
-		default:
-			revs[i] = readRev
-		}
-	}
-	return queues, revs, true, nil
-}
-
-// admitSet waits until every member is admitted, concurrently, and returns
-// their leases. If one fails, the others stop waiting, and the first error
-// is returned with the leases already admitted (nil where a member was
-// not), for dropMembers to give up.
-func (c *Client) admitSet(ctx context.Context, members []setMember, queues [][]*mvccpb.KeyValue, readRevs []int64) ([]*Lease, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	leases := make([]*Lease, len(members))
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	for i, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, err := c.awaitAdmission(ctx, m.w, queues[i], readRevs[i], m.req)
-			if err != nil {
-				failed.Store(true)
-				cancel(fmt.Errorf("lock %q: %w", m.req.name, err))
-				return
-			}
-			leases[i] = l
-		}()
-	}
-	wg.Wait()
-	if !failed.Load() {
-		return leases, nil
-	}
-	return leases, context.Cause(ctx)
-}
-
-// dropMembers gives up a set that failed with err, and returns the error
-// the set's acquisition returns (see dropRecords). leases are the leases
-// already admitted (nil where a member was not; all nil when leases is
-// nil). A try ends them unreleased and deletes their records with the
-// other members' before it returns (see letGo); otherwise they are
-// released (see releaseAdmitted) and the other records are removed in the
-// background, as for a failed Acquire (see giveUp).
-func (c *Client) dropMembers(ctx context.Context, s *session, members []setMember, leases []*Lease, written bool, err error) error {
-	try := len(members) > 0 && members[0].req.try
-	if !try {
-		c.releaseAdmitted(leases)
-	}
-	left := make([]leftRecord, 0, len(members))
-	for i, m := range members {
-		if leases != nil && leases[i] != nil {
-			if try {
-				left = append(left, c.letGo(leases[i], m))
-			}
-			continue
-		}
-		if r, ok := c.giveUp(s, m.w, m.req.name, m.val, written, err); ok {
-			left = append(left, r)
-		}
-	}
-	return c.dropRecords(ctx, s, left, try, err)
-}
-
-// letGo ends l, the lease of member m of a try that failed before the set
-// was handed out, without touching its record, and returns that record
-// for dropRecords to delete with the others: l was never anyone's, so
-// nothing of a Release (hold count, unknown outcomes) applies to it.
-func (c *Client) letGo(l *Lease, m setMember) leftRecord {
-	c.recs.forget(l, false)
-	l.end(ErrReleased)
-	return leftRecord{name: m.req.name, key: l.key, value: m.val, mark: l.mark, uncertain: l.uncertain}
-}
-
-// releaseAdmitted releases the leases of a set that failed as a whole.
-func (c *Client) releaseAdmitted(leases []*Lease) {
-	for _, l := range leases {
-		if l == nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
-		if err := l.Release(ctx); err != nil {
-			c.log.Warn("lease set: release of an admitted lock failed; it ends with its session",
-				logattr.Lock(l.name), slog.String("error", err.Error()))
-		}
-		cancel()
-	}
 }

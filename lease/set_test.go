@@ -28,7 +28,7 @@ func TestAcquireAllOneRevision(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	c := newClient(t, cli)
 
-	set, err := c.AcquireAll(ctx, "acct-1", "acct-2", "acct-3")
+	set, err := c.AcquireAll(ctx, []string{"acct-1", "acct-2", "acct-3"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acct-1", "acct-2", "acct-3"}, set.Names())
 	for _, name := range set.Names() {
@@ -79,17 +79,17 @@ func TestAcquireAllRefusesBadSets(t *testing.T) {
 		{"invalid name", []string{"x", "a/b"}, lease.ErrInvalidName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := c.AcquireAll(ctx, tc.names...)
+			_, err := c.AcquireAll(ctx, tc.names)
 			require.ErrorIs(t, err, tc.want)
 			require.NotErrorIs(t, err, lease.ErrRetryable)
-			_, err = c.TryAcquireAll(ctx, tc.names...)
+			_, err = c.TryAcquireAll(ctx, tc.names)
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
 	resp, err := cli.Get(ctx, lease.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	assert.Zero(t, resp.Count, "nothing written")
-	set, err := c.AcquireAll(ctx, many[:lease.MaxSetSize]...)
+	set, err := c.AcquireAll(ctx, many[:lease.MaxSetSize])
 	require.NoError(t, err, "MaxSetSize locks fit etcd's default transaction limit")
 	require.NoError(t, set.Release(ctx))
 }
@@ -106,7 +106,7 @@ func TestAcquireAllQueuesInOrder(t *testing.T) {
 
 	setc := make(chan *lease.Set, 1)
 	go func() {
-		set, err := newClient(t, cli).AcquireAll(ctx, "a", "b")
+		set, err := newClient(t, cli).AcquireAll(ctx, []string{"a", "b"})
 		assert.NoError(t, err)
 		setc <- set
 	}()
@@ -162,7 +162,7 @@ func TestAcquireAllNoDeadlock(t *testing.T) {
 				names := append([]string(nil), locks...)
 				rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
 				names = names[:2+rng.IntN(3)]
-				set, err := c.AcquireAll(ctx, names...)
+				set, err := c.AcquireAll(ctx, names)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -193,13 +193,13 @@ func TestTryAcquireAll(t *testing.T) {
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
 	c := newClient(t, cli)
-	set, err := c.TryAcquireAll(ctx, "t1", "t2")
+	set, err := c.TryAcquireAll(ctx, []string{"t1", "t2"})
 	require.NoError(t, err)
 	require.NoError(t, set.Release(ctx))
 
 	held, err := newClient(t, cli).Acquire(ctx, "t2")
 	require.NoError(t, err)
-	_, err = c.TryAcquireAll(ctx, "t1", "t2", "t3")
+	_, err = c.TryAcquireAll(ctx, []string{"t1", "t2", "t3"})
 	require.ErrorIs(t, err, lease.ErrHeld)
 	require.Eventually(t, func() bool {
 		return len(records(t, cli, "t1")) == 0 && len(records(t, cli, "t3")) == 0 && len(records(t, cli, "t2")) == 1
@@ -220,7 +220,7 @@ func TestAcquireAllTimeoutLeavesNothing(t *testing.T) {
 	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err = newClient(t, cli).AcquireAll(short, "free", "busy")
+	_, err = newClient(t, cli).AcquireAll(short, []string{"free", "busy"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Eventually(t, func() bool {
 		return len(records(t, cli, "free")) == 0 && len(records(t, cli, "busy")) == 1
@@ -236,7 +236,7 @@ func TestAcquireAllLossEndsTheSet(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
-	set, err := newClient(t, cli).AcquireAll(ctx, "s1", "s2")
+	set, err := newClient(t, cli).AcquireAll(ctx, []string{"s1", "s2"})
 	require.NoError(t, err)
 	wctx, cancel := set.Context(ctx)
 	defer cancel()
@@ -273,7 +273,7 @@ func TestAcquireAllLostReply(t *testing.T) {
 	var set *lease.Set
 	go func() {
 		var err error
-		set, err = px.c.AcquireAll(ctx, "r1", "r2")
+		set, err = px.c.AcquireAll(ctx, []string{"r1", "r2"})
 		got <- err
 	}()
 	require.Eventually(t, func() bool {
@@ -301,7 +301,7 @@ func TestAcquireAllLostReply(t *testing.T) {
 func TestSetReleaseLostReply(t *testing.T) {
 	px := newProxied(t)
 	ctx := ctxT(t, 20*time.Second)
-	set, err := px.c.AcquireAll(ctx, "u1", "u2", "u3")
+	set, err := px.c.AcquireAll(ctx, []string{"u1", "u2", "u3"})
 	require.NoError(t, err)
 	px.lostReply(t, set.Release)
 	require.Eventually(t, func() bool {
@@ -319,7 +319,7 @@ func TestSetReleaseLostReply(t *testing.T) {
 func TestAcquireAllPartitionedLosesAllFirst(t *testing.T) {
 	px := newProxied(t, lease.WithTTL(time.Second))
 	ctx := ctxT(t, 20*time.Second)
-	set, err := px.c.AcquireAll(ctx, "q1", "q2", "q3")
+	set, err := px.c.AcquireAll(ctx, []string{"q1", "q2", "q3"})
 	require.NoError(t, err)
 	ended := make([]time.Time, 3)
 	var wg sync.WaitGroup
@@ -338,7 +338,7 @@ func TestAcquireAllPartitionedLosesAllFirst(t *testing.T) {
 	}
 	next := make(chan result, 1)
 	go func() {
-		s, err := newClient(t, px.direct).AcquireAll(ctx, "q3", "q1")
+		s, err := newClient(t, px.direct).AcquireAll(ctx, []string{"q3", "q1"})
 		next <- result{time.Now(), s, err}
 	}()
 	waitRecords(t, px.direct, "q1", 2)
@@ -374,7 +374,7 @@ func TestTryAcquireAllHeldLeavesNothingOnReturn(t *testing.T) {
 	require.NoError(t, err)
 	holderKey, holderLease := heldRecord(t, cli, "ly")
 	for round := range 10 {
-		_, err := a.TryAcquireAll(ctx, "lx", "ly", "lz")
+		_, err := a.TryAcquireAll(ctx, []string{"lx", "ly", "lz"})
 		require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
 		require.NotErrorIs(t, err, lease.ErrLeftBehind, "round %d", round)
 		require.Empty(t, keysBut(t, cli, holderKey, holderLease),
@@ -409,7 +409,7 @@ func TestTryAcquireAllFreedLockIsFreeAtOnce(t *testing.T) {
 	for round := range 100 {
 		held, err := b.Acquire(ctx, "fy")
 		require.NoError(t, err, "round %d", round)
-		_, err = a.TryAcquireAll(ctx, "fx", "fy")
+		_, err = a.TryAcquireAll(ctx, []string{"fx", "fy"})
 		require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
 		require.NoError(t, held.Release(ctx), "round %d", round)
 		l, err := c.TryAcquire(ctx, "fy")
@@ -442,7 +442,7 @@ func TestTryAcquireAllLostDeleteReply(t *testing.T) {
 			}
 			tctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			_, err := a.TryAcquireAll(tctx, "dx", "dy")
+			_, err := a.TryAcquireAll(tctx, []string{"dx", "dy"})
 			require.ErrorIs(t, err, lease.ErrHeld)
 			require.NotErrorIs(t, err, lease.ErrRetryable)
 			if applied {
@@ -504,4 +504,72 @@ func (t *deleteLossTxn) Commit() (*clientv3.TxnResponse, error) {
 		}
 	}
 	return nil, errors.New("reply lost (test)")
+}
+
+// A set takes Acquire's options, each for every lock of it: metadata
+// stored with each record, a maximum hold that ends the set, and a
+// lock-delay that every lock of the set waits out after the cap dropped
+// its record. Invalid options, and a set too large for its markers, fail
+// before anything is written.
+func TestAcquireAllOptions(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, cli)
+
+	_, err := c.AcquireAll(ctx, []string{"o1", "o2"}, lease.WithLockDelay(0))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
+	_, err = c.TryAcquireAll(ctx, []string{"o1", "o2"}, lease.WithMetadata("bad\n"))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
+	many := make([]string, lease.MaxDelayedSetSize+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("o-many-%d", i)
+	}
+	_, err = c.AcquireAll(ctx, many, lease.WithLockDelay(time.Second))
+	require.ErrorIs(t, err, lease.ErrInvalidSet)
+	assert.Empty(t, keysBut(t, cli, "", 0), "nothing was written")
+
+	set, err := c.AcquireAll(ctx, []string{"o1", "o2"}, lease.WithMetadata("transfer 9001"),
+		lease.WithMaxHold(300*time.Millisecond), lease.WithLockDelay(testDelay))
+	require.NoError(t, err)
+	gone := make([]<-chan time.Time, 2)
+	for i, l := range set.Leases() {
+		assert.Equal(t, "transfer 9001", l.Metadata(), l.Name())
+		st, err := c.Inspect(ctx, l.Name())
+		require.NoError(t, err)
+		require.NotNil(t, st.Holder)
+		assert.Equal(t, testDelay, st.Holder.LockDelay, l.Name())
+		gone[i] = deleteSeen(t, ctx, cli, st.Holder.Key)
+	}
+	next := []<-chan time.Time{acquireLater(ctx, t, newClient(t, cli), "o1"), acquireLater(ctx, t, newClient(t, cli), "o2")}
+	<-set.Done()
+	require.ErrorIs(t, set.Err(), lease.ErrMaxHold)
+	for i := range next {
+		dropped := <-gone[i]
+		waited := (<-next[i]).Sub(dropped)
+		t.Logf("lock %d of the set: successor admitted %v after the capped record was deleted", i, waited)
+		assert.GreaterOrEqual(t, waited, testDelay)
+	}
+}
+
+// A TryAcquireAll with a lock-delay that finds a lock held removes its
+// records and their markers before it returns.
+func TestTryAcquireAllWithLockDelayLeavesNothing(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx := ctxT(t, 30*time.Second)
+	held, err := newClient(t, cli).Acquire(ctx, "my")
+	require.NoError(t, err)
+	holderKey, holderLease := heldRecord(t, cli, "my")
+	a := newClient(t, cli)
+	for round := range 3 {
+		_, err := a.TryAcquireAll(ctx, []string{"mx", "my"}, lease.WithLockDelay(time.Second))
+		require.ErrorIs(t, err, lease.ErrHeld, "round %d", round)
+		require.Empty(t, keysBut(t, cli, holderKey, holderLease), "round %d: records or markers left", round)
+	}
+	require.NoError(t, held.Release(ctx))
+	set, err := a.TryAcquireAll(ctx, []string{"mx", "my"}, lease.WithLockDelay(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, set.Release(ctx))
+	assert.Empty(t, keysBut(t, cli, "", 0), "a Release deletes the markers: no delay")
 }

@@ -453,7 +453,7 @@ func (l *Lease) transferApplied(ctx context.Context, p transferPlan) (bool, erro
 // candidate in line leads.
 func (l *Lease) giveUpTerm(p transferPlan) {
 	l.c.recs.forget(l, false)
-	l.c.recs.abandon(l.sess, l.key, string(p.own.Value), l.mark, false)
+	l.c.recs.abandon(l.sess, l.key, string(p.own.Value), l.rec.mark, false)
 }
 
 func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {
@@ -477,9 +477,10 @@ func skipKey(prefix, recordKey string, rev int64) string {
 // again.
 var errSkipped = errors.New("lease: passed over by a transfer")
 
-// skipped reports whether w's record, deleted, was deleted by a transfer
+// skipped reports whether m's record, deleted, was deleted by a transfer
 // that passed it over, and deletes the note saying so.
-func (c *Client) skipped(ctx context.Context, w *waiter) bool {
+func (m *member) skipped(ctx context.Context) bool {
+	c, w := m.c, m.w
 	w.mu.Lock()
 	rev := w.myRev
 	w.mu.Unlock()

@@ -443,7 +443,7 @@ func TestRequestTransferRefusesNonCandidates(t *testing.T) {
 	defer wcancel()
 	waiting := make(chan error, 3)
 	go func() {
-		_, err := newClient(t, etcdtest.Client(t, cl)).AcquireAll(wctx, name, name+"-other")
+		_, err := newClient(t, etcdtest.Client(t, cl)).AcquireAll(wctx, []string{name, name + "-other"})
 		waiting <- err
 	}()
 	waitRecords(t, direct, name, 2)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencekit/fencekit/owner"
@@ -41,16 +40,9 @@ type waiter struct {
 	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
 	fin             endOnce       // ends when the waiter's own record went
-	// uncertain: a write of the record got no reply, so it may still
-	// apply later (see orphan.uncertain). Set by the acquiring goroutine.
-	uncertain bool
-	// asked is the creation revision of the record a request to release
-	// named while the waiter was being admitted (see records.ask), or 0.
-	asked    atomic.Int64
-	mark     *delayMark   // its lock-delay marker, written with its record; nil if none
-	askedTo  atomic.Int64 // the successor a request to transfer named, or 0
-	position int          // records that blocked it when it queued
-	queued   time.Time    // when the acquisition started
+	rec             *entry        // the table's entry of its record, which its Lease takes over
+	position        int           // records that blocked it when it queued
+	queued          time.Time     // when the acquisition started
 
 	mu       waiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
@@ -297,9 +289,9 @@ var errSlotTaken = fmt.Errorf("%w: the record key was taken by someone else", Er
 // because the session lease no longer exists; the record was not written.
 var errNoSession = fmt.Errorf("%w: the session lease no longer exists", ErrSessionExpired)
 
-// pauseAfter waits a moment after a failed request while acquiring, and
+// pause waits a moment after a failed request while acquiring m, and
 // returns nil to try again, or the error that ends the acquisition.
-func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
+func (m *member) pause(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
@@ -315,23 +307,27 @@ func (c *Client) pauseAfter(ctx context.Context, w *waiter, err error) error {
 	}
 	t := time.NewTimer(25 * time.Millisecond)
 	defer t.Stop()
-	return waitFor(ctx, c, w, t.C)
+	_, err = m.wait(ctx, nil, t.C)
+	return err
 }
 
-// waitFor waits until ch delivers or closes, and returns nil, or the error
-// that ends w's acquisition first: its record gone, its session ended, ctx
-// ended, the Client closed.
-func waitFor[T any](ctx context.Context, c *Client, w *waiter, ch <-chan T) error {
+// wait waits until ch or tick (nil: never) delivers or closes, and returns
+// nil, reporting whether tick did, or the error that ends m's acquisition
+// first: its record gone, its session ended, ctx ended, the Client closed.
+func (m *member) wait(ctx context.Context, ch <-chan struct{}, tick <-chan time.Time) (ticked bool, err error) {
+	w, c := m.w, m.c
 	select {
 	case <-ch:
-		return nil
+		return false, nil
+	case <-tick:
+		return true, nil
 	case <-w.fin.done():
-		return w.failure()
+		return false, w.failure()
 	case <-w.sess.fin.done():
-		return w.sess.cause()
+		return false, w.sess.cause()
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	case <-c.bg.ctx.Done():
-		return ErrClosed
+		return false, ErrClosed
 	}
 }

@@ -64,7 +64,7 @@ func ExampleGuard_RunTxAll() {
 		})
 	}
 
-	set, err := locks.AcquireAll(ctx, "account-alice", "account-bob")
+	set, err := locks.AcquireAll(ctx, []string{"account-alice", "account-bob"})
 	if err != nil {
 		panic(err)
 	}
