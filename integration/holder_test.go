@@ -110,6 +110,12 @@ func acquireAll(ctx context.Context, hc holderConf, clients []*lease.Client) (*l
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 				l, err := clients[i/hc.Locks].Acquire(ctx, hc.lockName(i))
+				// A session that ended while the process was still taking
+				// its locks (renewals starved on a loaded machine): the
+				// Client starts another; take the lock again.
+				for errors.Is(err, lease.ErrRetryable) && ctx.Err() == nil {
+					l, err = clients[i/hc.Locks].Acquire(ctx, hc.lockName(i))
+				}
 				if err != nil {
 					errs <- fmt.Errorf("acquire %s: %w", hc.lockName(i), err)
 					return
