@@ -113,12 +113,8 @@ func (tk *takeover) trial(ctx context.Context, name string, pause bool) (trialRe
 	reg := newFencedRegister(tk.tb, name)
 	h, tok := startHolder(tk.tb, holderConf{Endpoints: tk.etcd.Endpoints(), Prefix: tk.prefix, TTL: tk.ttl,
 		Clients: 1, Locks: 1, Name: name, GuardURL: reg.srv.URL}, time.Minute)
-	got := make(chan admitted, 1)
-	go func() {
-		l, err := tk.succ.Acquire(ctx, name)
-		got <- admitted{l, err, time.Now()}
-	}()
-	if err := waitQueued(ctx, tk.admin, tk.prefix+name+"/", 2); err != nil {
+	got, err := tk.queue(ctx, name)
+	if err != nil {
 		return res, err
 	}
 	for { // the holder writes
@@ -162,6 +158,18 @@ func (tk *takeover) trial(ctx context.Context, name string, pause bool) (trialRe
 	}
 	_, _, res.stale = reg.counts(tok.Revision)
 	return res, releaseRetrying(ctx, a.l)
+}
+
+// queue starts the successor's Acquire of name, whose holder holds it,
+// and returns once its record waits behind the holder's; the channel
+// delivers the outcome.
+func (tk *takeover) queue(ctx context.Context, name string) (<-chan admitted, error) {
+	got := make(chan admitted, 1)
+	go func() {
+		l, err := tk.succ.Acquire(ctx, name)
+		got <- admitted{l, err, time.Now()}
+	}()
+	return got, waitQueued(ctx, tk.admin, tk.prefix+name+"/", 2)
 }
 
 // lateWrites continues the frozen holder and counts its writes after the

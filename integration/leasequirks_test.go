@@ -47,12 +47,8 @@ func TestLeaderKillWhileLeasePending(t *testing.T) {
 	defer cancel()
 	h, tok := startHolder(t, holderConf{Endpoints: c.Endpoints(), Prefix: tk.prefix, TTL: ttl, Clients: 1, Locks: 1, Name: "pending"}, time.Minute)
 	dir := tk.prefix + "pending/"
-	got := make(chan admitted, 1)
-	go func() {
-		l, err := tk.succ.Acquire(ctx, "pending")
-		got <- admitted{l, err, time.Now()}
-	}()
-	if err := waitQueued(ctx, tk.admin, dir, 2); err != nil {
+	got, err := tk.queue(ctx, "pending")
+	if err != nil {
 		t.Fatal(err)
 	}
 	holderLease := leaseOf(ctx, t, tk.admin, dir, tok)
