@@ -429,6 +429,20 @@
 // All leases of a Client share its session: a session lost to a partition
 // ends all of them together. Use several Clients to isolate them.
 //
+// A crashed holder's locks are free once etcd expires its session: within
+// a TTL of its last renewal, plus up to 500 ms (etcd looks for expired
+// leases twice a second). etcd makes that longer in two cases. A new etcd
+// leader renews every lease to its full TTL plus one election timeout
+// (etcd#9395), so after a leader change the locks of a holder that died
+// just before stay taken for up to TTL + the election + an election timeout.
+// And etcd revokes at most 500 expired leases per look, so when thousands
+// of sessions expire at once their locks are freed over seconds. The
+// revocation of a session deletes all of its records in one transaction,
+// during which etcd applies no other write: it grows with the records the
+// session held (the integration module's TestLeaderKillWhileLeasePending,
+// TestMassExpiry and BenchmarkRevokeStorm measure all three; the README's
+// Performance section has the figures).
+//
 // # Concurrency
 //
 // Client and Lease are safe for concurrent use. Renew, Reenter and Release
