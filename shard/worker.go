@@ -1,0 +1,231 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fencekit/fencekit/lease"
+)
+
+// worker drives one shard of one member: it acquires the shard's lock
+// while the assignment gives the shard to the member, and releases it to
+// the successor when the assignment moves it away.
+type worker struct {
+	m    *Member
+	i    int
+	wake chan struct{} // capacity 1: the view changed
+
+	mu      sync.Mutex // guards the view and running
+	want    bool       // the assignment gives the shard to this member
+	to      string     // the member the assignment gives it to, "" for none
+	since   time.Time  // when want last changed
+	running bool       // a goroutine runs this worker
+}
+
+// set records the assignment's view of the shard, and starts the worker's
+// goroutine when the member should own the shard and none runs. Only the
+// follower calls it, and never after the member's context ended and the
+// follower returned, so workers are never added to a finished WaitGroup.
+func (w *worker) set(want bool, to string) {
+	w.mu.Lock()
+	changed := w.want != want || w.to != to
+	if w.want != want {
+		w.since = time.Now()
+	}
+	w.want, w.to = want, to
+	start := want && !w.running && w.m.ctx.Err() == nil
+	if start {
+		w.running = true
+		w.m.workers.Add(1)
+	}
+	w.mu.Unlock()
+	if start {
+		go w.run()
+	} else if changed {
+		notify(w.wake)
+	}
+}
+
+// view returns the assignment's view of the shard.
+func (w *worker) view() (want bool, to string, since time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.want, w.to, w.since
+}
+
+func (w *worker) shard() string { return w.m.g.shards[w.i] }
+
+// run acquires and holds the shard while the member should own it.
+func (w *worker) run() {
+	defer w.m.workers.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		w.mu.Lock()
+		if !w.want || w.m.ctx.Err() != nil {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		l, cause, err := w.acquire()
+		if l != nil {
+			w.hold(l, cause)
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		if w.m.ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			w.m.g.cfg.log.Warn("shard acquire failed", w.attrs(slog.String("error", err.Error()))...)
+			sleep(w.m.ctx, backoff)
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+func (w *worker) attrs(extra ...slog.Attr) []any {
+	a := []any{slog.String("group", w.m.g.name), slog.String("member", w.m.name), slog.String("shard", w.shard())}
+	for _, e := range extra {
+		a = append(a, e)
+	}
+	return a
+}
+
+// acquire waits in the shard lock's queue until admitted, or until the
+// assignment no longer gives the shard to the member (then it returns a
+// nil lease and context.Canceled). While it waits it asks the holder, if
+// any, to let go (see ask). cause is "handoff" when a holder was asked,
+// "free" otherwise.
+func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
+	ctx, cancel := context.WithCancel(w.m.ctx)
+	defer cancel()
+	type result struct {
+		l   *lease.Lease
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		l, err := w.m.g.locks.Acquire(ctx, w.m.g.lock(w.i), lease.WithMetadata(w.m.name))
+		res <- result{l, err}
+	}()
+	var a asking
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-res:
+			cause = "free"
+			if a.asked != 0 {
+				cause = "handoff"
+			}
+			return r.l, cause, r.err
+		case <-w.wake:
+			if want, _, _ := w.view(); !want {
+				cancel()
+			}
+		case <-t.C:
+			t.Reset(w.ask(ctx, &a))
+		}
+	}
+}
+
+// asking is what a waiting worker asked so far.
+type asking struct {
+	tries int   // reads that did not find the member's record queued yet
+	asked int64 // the holder's fencing revision asked to let go, 0 for none
+}
+
+// ask asks the holder of the shard's lock to release it, once the
+// member's own record waits in the queue (so that the release admits it
+// at once, by the watch event of the holder's delete), and returns when
+// to look again: a new holder is asked again. The holder releases only
+// if its own view of the assignment gives the shard away too.
+func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
+	lock := w.m.g.lock(w.i)
+	st, err := w.m.g.locks.Inspect(ctx, lock)
+	if err != nil || st.Holder == nil {
+		return 250 * time.Millisecond
+	}
+	queued := false
+	for _, r := range st.Waiters {
+		queued = queued || r.Value == w.m.name
+	}
+	if !queued && a.tries < 20 {
+		a.tries++
+		return 2 * time.Millisecond
+	}
+	if rev := st.Holder.Fence.Revision; rev != a.asked {
+		if err := w.m.g.locks.RequestRelease(ctx, lock, rev); err == nil {
+			a.asked = rev
+		}
+	}
+	return time.Second
+}
+
+// hold owns the shard under l until the lease ends, the member closes, or
+// the assignment moves the shard away and the successor asks for it (or
+// nobody is to own it, or the hand-off time passes without a successor):
+// then it cancels the shard's context and releases the lock.
+func (w *worker) hold(l *lease.Lease, cause string) {
+	m := w.m
+	_, _, since := w.view()
+	m.g.met.wait.WithLabelValues(cause).Observe(time.Since(since).Seconds())
+	sctx, scancel := context.WithCancelCause(context.Background())
+	ctx, cancel := l.Context(sctx)
+	tok := l.Fence()
+	m.gained(w.shard(), tok)
+	m.q.push(Event{Kind: Gained, Shard: w.shard(), Fence: tok, Context: ctx})
+	why := w.wait(l)
+	scancel(why) // first: no successor can be admitted before this
+	m.lost(w.shard())
+	rctx, rcancel := context.WithTimeout(context.Background(), m.g.cfg.ttl)
+	for try := 0; try < 3; try++ {
+		err := l.Release(rctx)
+		if err == nil || !errors.Is(err, lease.ErrOutcomeUnknown) {
+			break
+		}
+	}
+	rcancel()
+	cancel()
+	m.q.push(Event{Kind: Lost, Shard: w.shard(), Fence: tok, Context: ctx, Err: why})
+}
+
+// wait waits until the shard must be given up, and returns why.
+func (w *worker) wait(l *lease.Lease) error {
+	requested := l.ReleaseRequested()
+	asked := false
+	var timer *time.Timer
+	var timeout <-chan time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if want, to, since := w.view(); !want {
+			left := w.m.g.cfg.handoff - time.Since(since)
+			if asked || to == "" || left <= 0 {
+				return ErrMoved
+			}
+			if timer == nil {
+				timer = time.NewTimer(left)
+				timeout = timer.C
+			}
+		} else if timer != nil {
+			timer.Stop()
+			timer, timeout = nil, nil
+		}
+		select {
+		case <-l.Done():
+			return l.Err()
+		case <-requested:
+			asked, requested = true, nil
+		case <-w.wake:
+		case <-timeout:
+			timer, timeout = nil, nil
+		case <-w.m.ctx.Done():
+			return ErrLeft
+		}
+	}
+}
