@@ -268,7 +268,9 @@ func (m *Member) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 			m.mu.Lock()
 			prev := m.reg
 			m.mu.Unlock()
-			id, next, err := m.register(m.ctx, prev)
+			ctx, cancel := context.WithTimeout(m.ctx, m.g.cfg.ttl)
+			id, next, err := m.register(ctx, prev)
+			cancel()
 			if err == nil {
 				m.mu.Lock()
 				m.reg = id
