@@ -42,7 +42,8 @@ type fleet struct {
 	n      int
 	guard  *guard.Guard
 	opts   []shard.Option
-	cfg    func() clientv3.Config // nil: the cluster's
+	cfg    func(member string) clientv3.Config // nil: the cluster's
+	quiet  bool                                // no writers
 	hist   []*check.History
 	seq    atomic.Int64
 	writes atomic.Int64 // applied
@@ -102,7 +103,7 @@ func (f *fleet) join(name string, weight int) *fnode {
 	if f.cfg == nil {
 		nd.cli, err = f.cl.NewClientThrough(nd.proxies...)
 	} else {
-		cfg := f.cfg()
+		cfg := f.cfg(name)
 		for _, p := range nd.proxies {
 			cfg.Endpoints = append(cfg.Endpoints, "http://"+p.Addr())
 		}
@@ -116,7 +117,7 @@ func (f *fleet) join(name string, weight int) *fnode {
 	}
 	opts := append([]shard.Option{shard.WithTTL(shardTTL)}, f.opts...)
 	if os.Getenv("FENCEKIT_SHARD_DEBUG") != "" {
-		opts = append(opts, shard.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", name)))
+		opts = append(opts, shard.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)))
 	}
 	if nd.group, err = shard.NewGroup(nd.locks, nd.cli, f.group, shard.Count(f.n), opts...); err != nil {
 		t.Fatal(err)
@@ -163,7 +164,11 @@ func (f *fleet) consume(nd *fnode) {
 			}
 			f.mu.Unlock()
 		}()
-		go f.writer(i, ev.Fence, ev.Context)
+		if f.quiet {
+			f.wg.Done()
+		} else {
+			go f.writer(i, ev.Fence, ev.Context)
+		}
 	}
 }
 

@@ -64,7 +64,6 @@ func (m *Member) lead(ctx context.Context, t *lease.Term) error {
 		for _, mi := range ms {
 			l.members[mi.Name] = mi
 		}
-		l.write(ctx)
 		l.watch(ctx, rev)
 	}
 	return nil
@@ -100,10 +99,11 @@ func (l *leader) watch(ctx context.Context, rev int64) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := g.etcd.Watch(wctx, g.membersDir(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	// Plan once the members seen so far settle (a new leader, or one
+	// whose watch failed, may have missed changes).
+	timer := time.NewTimer(g.cfg.settle)
 	defer timer.Stop()
-	var first time.Time // the first change not written yet
+	first := time.Now() // the first change not written yet
 	for {
 		select {
 		case wr, ok := <-wch:

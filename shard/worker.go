@@ -110,7 +110,7 @@ func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
 		res <- result{l, err}
 	}()
 	var a asking
-	t := time.NewTimer(time.Millisecond)
+	t := time.NewTimer(5 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
@@ -138,9 +138,13 @@ type asking struct {
 
 // ask asks the holder of the shard's lock to release it, once the
 // member's own record waits in the queue (so that the release admits it
-// at once, by the watch event of the holder's delete), and returns when
-// to look again: a new holder is asked again. The holder releases only
-// if its own view of the assignment gives the shard away too.
+// at once, by the watch event of the holder's delete; after three reads
+// 10 ms apart that do not show it, it asks anyway: the lock is then free
+// for the record when it lands), and returns when to look again: a new
+// holder is asked again. The holder releases only if its own view of the
+// assignment gives the shard away too. An ask costs a lease.Client.Inspect
+// (one read, plus one per session in the queue) and a RequestRelease (a
+// read and a transaction).
 func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
 	lock := w.m.g.lock(w.i)
 	st, err := w.m.g.locks.Inspect(ctx, lock)
@@ -151,14 +155,16 @@ func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
 	for _, r := range st.Waiters {
 		queued = queued || r.Value == w.m.name
 	}
-	if !queued && a.tries < 20 {
+	if !queued && a.tries < 3 {
 		a.tries++
-		return 2 * time.Millisecond
+		return 10 * time.Millisecond
 	}
 	if rev := st.Holder.Fence.Revision; rev != a.asked {
-		if err := w.m.g.locks.RequestRelease(ctx, lock, rev); err == nil {
+		err := w.m.g.locks.RequestRelease(ctx, lock, rev)
+		if err == nil {
 			a.asked = rev
 		}
+		w.m.g.cfg.log.Debug("shard owner asked to let go", w.attrs(slog.String("owner", st.Holder.Value), slog.Bool("queued", queued), slog.Any("error", err))...)
 	}
 	return time.Second
 }
@@ -176,7 +182,9 @@ func (w *worker) hold(l *lease.Lease, cause string) {
 	tok := l.Fence()
 	m.gained(w.shard(), tok)
 	m.q.push(Event{Kind: Gained, Shard: w.shard(), Fence: tok, Context: ctx})
+	m.g.cfg.log.Debug("shard gained", w.attrs(slog.Int64("fence", tok.Revision), slog.String("cause", cause))...)
 	why := w.wait(l)
+	m.g.cfg.log.Debug("shard given up", w.attrs(slog.Any("cause", why))...)
 	scancel(why) // first: no successor can be admitted before this
 	m.lost(w.shard())
 	rctx, rcancel := context.WithTimeout(context.Background(), m.g.cfg.ttl)
