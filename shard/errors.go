@@ -22,4 +22,7 @@ var (
 	// for another set of shards than this Group's: every member must give
 	// the same shards (see Count and Named).
 	ErrMismatch = errors.New("shard: assignment written for other shards")
+	// ErrNoAssignment reports that Inspect found no assignment for the
+	// group: no member has led it yet (or the prefix is another).
+	ErrNoAssignment = errors.New("shard: no assignment")
 )

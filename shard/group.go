@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -16,14 +15,15 @@ import (
 // Group is a named set of shards shared by the members that Join it. It
 // is safe for concurrent use; it holds nothing itself.
 type Group struct {
-	locks  *lease.Client
-	etcd   *clientv3.Client
-	name   string
-	shards []string
-	index  map[string]int
-	digest string
-	cfg    config
-	met    *metrics
+	locks   *lease.Client
+	etcd    *clientv3.Client
+	name    string
+	shards  []string
+	index   map[string]int
+	digest  string
+	counted bool // the shards are Count's "0".."n-1"
+	cfg     config
+	met     *metrics
 }
 
 // NewGroup returns the group called name (1 to 128 bytes, no "/", ":" or
@@ -53,7 +53,7 @@ func NewGroup(locks *lease.Client, cli *clientv3.Client, name string, shards Sha
 			return nil, err
 		}
 	}
-	g := &Group{locks: locks, etcd: cli, name: name, shards: shards.names, cfg: cfg,
+	g := &Group{locks: locks, etcd: cli, name: name, shards: shards.names, counted: shards.counted, cfg: cfg,
 		index: make(map[string]int, len(shards.names))}
 	h := sha256.New()
 	for i, s := range g.shards {
@@ -116,14 +116,18 @@ type memberValue struct {
 
 // assignment is the leader's plan as stored in etcd.
 type assignment struct {
-	Shards  string   `json:"shards"`  // digest of the shard names
-	Members []string `json:"members"` // owners' names
-	Owners  []int    `json:"owners"`  // per shard: index into Members, -1 for none
-	Term    int64    `json:"term"`    // the writing leader's term (fencing revision)
+	Shards  string   `json:"shards"`          // digest of the shard names
+	Members []string `json:"members"`         // owners' names
+	Owners  []int    `json:"owners"`          // per shard: index into Members, -1 for none
+	Term    int64    `json:"term"`            // the writing leader's term (fencing revision)
+	Named   []string `json:"named,omitempty"` // the shard names, unless they are Count's
 }
 
 func (g *Group) encode(owners []string, term int64) ([]byte, error) {
 	a := assignment{Shards: g.digest, Owners: make([]int, len(owners)), Term: term}
+	if !g.counted {
+		a.Named = g.shards
+	}
 	idx := map[string]int{}
 	for i, o := range owners {
 		if o == "" {
@@ -282,4 +286,34 @@ func (g *Group) parseMember(key, value []byte) (MemberInfo, bool) {
 	return MemberInfo{Name: name, Weight: v.Weight, Draining: v.Draining}, true
 }
 
-var errNoLeader = errors.New("shard: no leader") // internal: lead's term ended
+// Inspect returns the Status of the group called name as Group.Status
+// does, for a tool that does not know its shards: they are read from the
+// stored assignment. opts are as for NewGroup (WithPrefix must match the
+// members'). A group with no assignment yet returns an error matching
+// ErrNoAssignment.
+func Inspect(ctx context.Context, locks *lease.Client, cli *clientv3.Client, name string, opts ...Option) (*Status, error) {
+	probe, err := NewGroup(locks, cli, name, Count(1), opts...)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cli.Get(ctx, probe.assignKey())
+	if err != nil {
+		return nil, fmt.Errorf("shard: group %q: read assignment: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: group %q under %q", ErrNoAssignment, name, probe.cfg.prefix)
+	}
+	var a assignment
+	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
+		return nil, fmt.Errorf("shard: group %q: assignment: %w", name, err)
+	}
+	shards := Named(a.Named...)
+	if len(a.Named) == 0 {
+		shards = Count(len(a.Owners))
+	}
+	g, err := NewGroup(locks, cli, name, shards, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return g.Status(ctx)
+}

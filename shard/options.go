@@ -27,8 +27,9 @@ const MaxWeight = 1000
 // Shards names a group's shards: Count(n) or Named(...). Every member of a
 // group must give the same.
 type Shards struct {
-	names []string
-	err   error
+	names   []string
+	counted bool
+	err     error
 }
 
 // Count returns n shards named "0" to "n-1" (1 ≤ n ≤ MaxShards).
@@ -40,7 +41,7 @@ func Count(n int) Shards {
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	return Shards{names: names}
+	return Shards{names: names, counted: true}
 }
 
 // Named returns the shards with the given names (tenants, partitions,
