@@ -5,17 +5,18 @@
 // token that the resources it writes can check (packages guard and
 // sqlguard).
 //
-//	group, err := shard.NewGroup(locks, etcdClient, "tenants", shard.Count(256))
+//	group, err := shard.NewGroup(locks, cli, "jobs", shard.Count(4))
 //	...
-//	m, err := group.Join(ctx, hostname, 1) // weight 1
+//	m, err := group.Join(ctx, "worker-1", 1)
 //	...
 //	for ev := range m.Events() {
 //		if ev.Kind == shard.Gained {
-//			go serve(ev.Context, ev.Shard) // ev.Context ends when the shard is lost
+//			tok, _ := fence.FromContext(ev.Context) // what guard.Transport sends
+//			owned = append(owned, fmt.Sprintf("%s@%s", ev.Shard, tok.Lock))
+//			// go work(ev.Context, ev.Shard): stop when ev.Context ends.
 //		}
-//	}
 //	...
-//	err = m.Leave(ctx) // hands every shard over, then leaves
+//	if err := m.Leave(ctx); err != nil { // alone: gives the shards up
 //
 // (the package's Example; Example_sqlguard fences each tenant's rows).
 //
