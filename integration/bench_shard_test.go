@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,8 @@ import (
 //     a new one (untimed).
 //   - steady: etcd requests per second per member (unary calls and
 //     messages sent on streams: keep-alives, watch requests) over 10 s
-//     once 8 members own 256 or 4,096 shards and nothing changes.
+//     once 8 members own 256 or 4,096 shards and nothing changes, with
+//     the default TTL of 10 s (keep-alives every 3.3 s).
 //   - joins=8: 8 members join a settled group of 8 at once: the time
 //     from the first Join call until the 16 are balanced (16 shards
 //     each), and the shards moved more than once (oscillations).
@@ -153,12 +155,32 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // requestCounter counts what one member's etcd client sends: unary calls
 // and messages on streams.
-type requestCounter struct{ n atomic.Int64 }
+type requestCounter struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	by map[string]int64 // per gRPC method
+}
+
+func (c *requestCounter) add(method string) {
+	c.n.Add(1)
+	c.mu.Lock()
+	if c.by == nil {
+		c.by = map[string]int64{}
+	}
+	c.by[method]++
+	c.mu.Unlock()
+}
+
+func (c *requestCounter) methods() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.by)
+}
 
 func (c *requestCounter) options() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			c.n.Add(1)
+			c.add(method)
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -166,18 +188,18 @@ func (c *requestCounter) options() []grpc.DialOption {
 			if err != nil {
 				return nil, err
 			}
-			return &countingStream{ClientStream: s, n: &c.n}, nil
+			return &countingStream{ClientStream: s, add: func() { c.add(method) }}, nil
 		}),
 	}
 }
 
 type countingStream struct {
 	grpc.ClientStream
-	n *atomic.Int64
+	add func()
 }
 
 func (s *countingStream) SendMsg(m any) error {
-	s.n.Add(1)
+	s.add()
 	return s.ClientStream.SendMsg(m)
 }
 
@@ -185,6 +207,7 @@ func benchShardSteady(b *testing.B, shards int) {
 	cl := etcdtest.Start(b)
 	f := newFleet(b, cl, "steady", shards)
 	f.quiet = true
+	f.ttl = lease.DefaultTTL // 2 s sessions do not survive 4,096 acquisitions at once on a loaded machine
 	var mu sync.Mutex
 	counters := map[string]*requestCounter{}
 	f.cfg = func(member string) clientv3.Config {
@@ -202,30 +225,64 @@ func benchShardSteady(b *testing.B, shards int) {
 		f.join(fmt.Sprintf("m%d", i), 1)
 	}
 	f.waitBalanced(60 * time.Second)
-	time.Sleep(time.Second) // late asks and admissions
+	f.waitStill(60 * time.Second)
+	// The lease.Clients cancel the watches of records they no longer use,
+	// and delete the records of acquisitions cancelled by a later plan,
+	// up to a TTL later.
+	time.Sleep(f.ttl + 2*time.Second)
 	window := 10 * time.Second
 	b.ResetTimer()
 	var rates []float64
+	byMethod := map[string]int64{}
 	for range b.N {
 		before := map[string]int64{}
+		beforeBy := map[string]map[string]int64{}
 		mu.Lock()
 		for m, c := range counters {
-			before[m] = c.n.Load()
+			before[m], beforeBy[m] = c.n.Load(), c.methods()
 		}
 		mu.Unlock()
 		time.Sleep(window)
 		mu.Lock()
 		for m, c := range counters {
 			rates = append(rates, float64(c.n.Load()-before[m])/window.Seconds())
+			for k, v := range c.methods() {
+				if d := v - beforeBy[m][k]; d > 0 {
+					byMethod[k] += d
+				}
+			}
 		}
 		mu.Unlock()
 	}
+	fmt.Printf("shard steady state, %d shards: requests in the windows by method: %v\n", shards, byMethod)
 	b.StopTimer()
 	slices.Sort(rates)
 	b.ReportMetric(rates[len(rates)/2], "req/s/member")
 	b.ReportMetric(rates[len(rates)-1], "max-req/s/member")
-	fmt.Printf("shard steady state, %d shards, 8 members: etcd requests per member per second: median %.2f, min %.2f, max %.2f\n",
-		shards, rates[len(rates)/2], rates[0], rates[len(rates)-1])
+	fmt.Printf("shard steady state, %d shards, 8 members, TTL %v: etcd requests per member per second: median %.2f, min %.2f, max %.2f\n",
+		shards, f.ttl, rates[len(rates)/2], rates[0], rates[len(rates)-1])
+}
+
+// waitStill waits until every shard's holder is its assigned member and
+// nobody waits for any shard's lock.
+func (f *fleet) waitStill(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st, err := f.alive()[0].group.Status(ctx)
+		cancel()
+		still := err == nil
+		for _, s := range st.Shards {
+			still = still && !s.Moving() && s.Owner != "" && len(s.Waiting) == 0
+		}
+		if still {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("shards still moving after %v: %v", d, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func benchShardJoins(b *testing.B) {

@@ -44,6 +44,7 @@ type fleet struct {
 	opts   []shard.Option
 	cfg    func(member string) clientv3.Config // nil: the cluster's
 	quiet  bool                                // no writers
+	ttl    time.Duration                       // 0: shardTTL
 	hist   []*check.History
 	seq    atomic.Int64
 	writes atomic.Int64 // applied
@@ -112,10 +113,14 @@ func (f *fleet) join(name string, weight int) *fnode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nd.locks, err = lease.New(nd.cli, lease.WithTTL(shardTTL)); err != nil {
+	ttl := shardTTL
+	if f.ttl > 0 {
+		ttl = f.ttl
+	}
+	if nd.locks, err = lease.New(nd.cli, lease.WithTTL(ttl)); err != nil {
 		t.Fatal(err)
 	}
-	opts := append([]shard.Option{shard.WithTTL(shardTTL)}, f.opts...)
+	opts := append([]shard.Option{shard.WithTTL(ttl)}, f.opts...)
 	if os.Getenv("FENCEKIT_SHARD_DEBUG") != "" {
 		opts = append(opts, shard.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)))
 	}

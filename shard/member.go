@@ -27,6 +27,8 @@ type Member struct {
 	shards  []*worker
 	q       *queue
 	once    sync.Once
+	asks    chan struct{} // a slot per ask under way (see worker.ask)
+	starts  chan struct{} // a slot per Acquire just started (see worker.acquire)
 
 	mu       sync.Mutex // guards the fields below
 	weight   int
@@ -98,7 +100,8 @@ func (g *Group) Join(ctx context.Context, member string, weight int) (*Member, e
 		return nil, fmt.Errorf("%w: weight %d outside [1, %d]", ErrInvalidConfig, weight, MaxWeight)
 	}
 	m := &Member{g: g, name: member, weight: weight, owned: map[string]fence.Token{},
-		changed: make(chan struct{}), q: newQueue()}
+		changed: make(chan struct{}), q: newQueue(), asks: make(chan struct{}, maxAsks),
+		starts: make(chan struct{}, maxStarts)}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	id, ka, err := m.register(ctx, 0)
 	if err != nil {
@@ -118,6 +121,12 @@ func (g *Group) Join(ctx context.Context, member string, weight int) (*Member, e
 	g.cfg.log.Info("shard member joined", slog.String("group", g.name), slog.String("member", member), slog.Int("weight", weight))
 	return m, nil
 }
+
+// maxAsks bounds the asks a member makes at once.
+const maxAsks = 16
+
+// maxStarts bounds the Acquire calls a member starts per 20 ms.
+const maxStarts = 64
 
 // Name returns the member's name.
 func (m *Member) Name() string { return m.name }

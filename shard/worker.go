@@ -21,6 +21,7 @@ type worker struct {
 	mu      sync.Mutex // guards the view and running
 	want    bool       // the assignment gives the shard to this member
 	to      string     // the member the assignment gives it to, "" for none
+	from    string     // the member it gave the shard to before this member, "" for none
 	since   time.Time  // when want last changed
 	running bool       // a goroutine runs this worker
 }
@@ -34,6 +35,9 @@ func (w *worker) set(want bool, to string) {
 	changed := w.want != want || w.to != to
 	if w.want != want {
 		w.since = time.Now()
+		if want {
+			w.from = w.to
+		}
 	}
 	w.want, w.to = want, to
 	start := want && !w.running && w.m.ctx.Err() == nil
@@ -105,12 +109,46 @@ func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
 		err error
 	}
 	res := make(chan result, 1)
+	// A slot of m.starts until the Acquire returns or 20 ms pass: a
+	// member that gains thousands of shards at once writes their records
+	// at a pace its session's renewals keep up with.
+	for started := false; !started; {
+		select {
+		case w.m.starts <- struct{}{}:
+			started = true
+		case <-w.wake:
+			if want, _, _ := w.view(); !want {
+				return nil, "", context.Canceled
+			}
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		}
+	}
+	slot := time.NewTimer(20 * time.Millisecond)
+	defer slot.Stop()
+	held := true
+	free := func() {
+		if held {
+			held = false
+			<-w.m.starts
+		}
+	}
+	defer free()
 	go func() {
 		l, err := w.m.g.locks.Acquire(ctx, w.m.g.lock(w.i), lease.WithMetadata(w.m.name))
 		res <- result{l, err}
 	}()
 	var a asking
-	t := time.NewTimer(5 * time.Millisecond)
+	// Ask at once when the shard comes from another member; a shard that
+	// had no owner is most likely free, and the Acquire takes it without
+	// help (a dead owner's session must expire, which no ask speeds up).
+	w.mu.Lock()
+	first := 5 * time.Millisecond
+	if w.from == "" || w.from == w.m.name {
+		first = 500 * time.Millisecond
+	}
+	w.mu.Unlock()
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -120,6 +158,8 @@ func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
 				cause = "handoff"
 			}
 			return r.l, cause, r.err
+		case <-slot.C:
+			free()
 		case <-w.wake:
 			if want, _, _ := w.view(); !want {
 				cancel()
@@ -146,6 +186,12 @@ type asking struct {
 // (one read, plus one per session in the queue) and a RequestRelease (a
 // read and a transaction).
 func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
+	select { // at most maxAsks at once, so that a big move does not flood etcd
+	case w.m.asks <- struct{}{}:
+		defer func() { <-w.m.asks }()
+	case <-ctx.Done():
+		return time.Second
+	}
 	lock := w.m.g.lock(w.i)
 	st, err := w.m.g.locks.Inspect(ctx, lock)
 	if err != nil || st.Holder == nil {
