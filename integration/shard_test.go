@@ -29,7 +29,19 @@ import (
 // envShardSoak selects the long shard soak: a Go duration (e.g. 10m).
 const envShardSoak = "FENCEKIT_SHARD_SOAK"
 
-const shardTTL = 2 * time.Second
+// shardTTL is the members' TTL: 2 s, or 4 s with the race detector,
+// whose slower process (8 members and their writers) would otherwise
+// miss renewals on a loaded machine.
+var shardTTL = map[bool]time.Duration{false: 2 * time.Second, true: 4 * time.Second}[raceDetector]
+
+// soakShards is the number of shards of the soak and the join test: 256,
+// or 64 with the race detector (its 8 members' 256 acquisitions at once
+// stalled the instrumented process past its sessions' TTL on a loaded
+// 2-core machine).
+var soakShards = map[bool]int{false: 256, true: 64}[raceDetector]
+
+// writeEvery is the pace of each owned shard's writer.
+var writeEvery = map[bool]time.Duration{false: 40 * time.Millisecond, true: 150 * time.Millisecond}[raceDetector]
 
 // fleet is a group of sharded members in one test process, each with its
 // own etcd connection (through proxies, for faults), lease.Client and
@@ -201,7 +213,7 @@ func (f *fleet) writer(i int, tok fence.Token, ctx context.Context) {
 		write(ctx)
 		select {
 		case <-ctx.Done():
-		case <-time.After(40 * time.Millisecond):
+		case <-time.After(writeEvery):
 		}
 	}
 	// A writer that checked ctx and then paused (GC, a slow disk) for
@@ -455,7 +467,7 @@ func soak(t *testing.T, cl *etcdtest.Cluster, d time.Duration) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	f := newFleet(t, cl, "soak", 256)
+	f := newFleet(t, cl, "soak", soakShards)
 	id := 0
 	next := func() string { id++; return fmt.Sprintf("m%02d", id) }
 	for range 8 {
@@ -525,7 +537,7 @@ func soak(t *testing.T, cl *etcdtest.Cluster, d time.Duration) {
 // floor(256/members) with equal weights), and the fleet is balanced after.
 func TestShardJoinMoves(t *testing.T) {
 	cl := etcdtest.Start(t)
-	f := newFleet(t, cl, "joins", 256)
+	f := newFleet(t, cl, "joins", soakShards)
 	defer f.stop()
 	for i := 1; i <= 4; i++ {
 		f.join(fmt.Sprintf("m%d", i), 1)
@@ -537,7 +549,7 @@ func TestShardJoinMoves(t *testing.T) {
 		counts := f.waitBalanced(10 * time.Second)
 		time.Sleep(300 * time.Millisecond) // nothing else moves
 		moves := f.gains() - before
-		bound := (256+i-1)/i + 1
+		bound := (f.n+i-1)/i + 1
 		t.Logf("join of member %d moved %d shards (bound %d), shares %v", i, moves, bound, counts)
 		if moves > bound {
 			t.Errorf("join of member %d moved %d shards, bound %d", i, moves, bound)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -208,7 +209,9 @@ func (m *Member) Close() error {
 		id := m.reg
 		m.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), m.g.cfg.ttl)
-		if _, rerr := m.g.etcd.Revoke(ctx, id); rerr != nil {
+		// A registration that expired (a pause longer than the TTL) is
+		// gone already.
+		if _, rerr := m.g.etcd.Revoke(ctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
 			err = fmt.Errorf("shard: member %q: revoke registration (it expires within the TTL): %w", m.name, rerr)
 		}
 		cancel()

@@ -112,17 +112,8 @@ func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
 	// A slot of m.starts until the Acquire returns or 20 ms pass: a
 	// member that gains thousands of shards at once writes their records
 	// at a pace its session's renewals keep up with.
-	for started := false; !started; {
-		select {
-		case w.m.starts <- struct{}{}:
-			started = true
-		case <-w.wake:
-			if want, _, _ := w.view(); !want {
-				return nil, "", context.Canceled
-			}
-		case <-ctx.Done():
-			return nil, "", ctx.Err()
-		}
+	if err := w.start(ctx); err != nil {
+		return nil, "", err
 	}
 	slot := time.NewTimer(20 * time.Millisecond)
 	defer slot.Stop()
@@ -139,16 +130,7 @@ func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
 		res <- result{l, err}
 	}()
 	var a asking
-	// Ask at once when the shard comes from another member; a shard that
-	// had no owner is most likely free, and the Acquire takes it without
-	// help (a dead owner's session must expire, which no ask speeds up).
-	w.mu.Lock()
-	first := 5 * time.Millisecond
-	if w.from == "" || w.from == w.m.name {
-		first = 500 * time.Millisecond
-	}
-	w.mu.Unlock()
-	t := time.NewTimer(first)
+	t := time.NewTimer(w.firstAsk())
 	defer t.Stop()
 	for {
 		select {
@@ -168,6 +150,36 @@ func (w *worker) acquire() (l *lease.Lease, cause string, err error) {
 			t.Reset(w.ask(ctx, &a))
 		}
 	}
+}
+
+// start takes a slot of m.starts, waiting while the member should own
+// the shard.
+func (w *worker) start(ctx context.Context) error {
+	for {
+		select {
+		case w.m.starts <- struct{}{}:
+			return nil
+		case <-w.wake:
+			if want, _, _ := w.view(); !want {
+				return context.Canceled
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// firstAsk returns when to ask the holder first: at once when the shard
+// comes from another member; a shard that had no owner is most likely
+// free, and the Acquire takes it without help (a dead owner's session
+// must expire, which no ask speeds up).
+func (w *worker) firstAsk() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.from == "" || w.from == w.m.name {
+		return 500 * time.Millisecond
+	}
+	return 5 * time.Millisecond
 }
 
 // asking is what a waiting worker asked so far.
