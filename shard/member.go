@@ -30,6 +30,7 @@ type Member struct {
 	once    sync.Once
 	asks    chan struct{} // a slot per ask under way (see worker.ask)
 	starts  chan struct{} // a slot per Acquire just started (see worker.acquire)
+	resync  chan struct{} // capacity 1: the follower reads the assignment again
 
 	mu       sync.Mutex // guards the fields below
 	weight   int
@@ -102,7 +103,7 @@ func (g *Group) Join(ctx context.Context, member string, weight int) (*Member, e
 	}
 	m := &Member{g: g, name: member, weight: weight, owned: map[string]fence.Token{},
 		changed: make(chan struct{}), q: newQueue(), asks: make(chan struct{}, maxAsks),
-		starts: make(chan struct{}, maxStarts)}
+		starts: make(chan struct{}, maxStarts), resync: make(chan struct{}, 1)}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	id, ka, err := m.register(ctx, 0)
 	if err != nil {
@@ -176,6 +177,11 @@ func (m *Member) Leave(ctx context.Context) error {
 	m.draining = true
 	m.mu.Unlock()
 	err := m.update(ctx)
+	for err != nil && !errors.Is(err, ErrLeft) && ctx.Err() == nil {
+		// A connection error (a link that just healed): try again.
+		sleep(ctx, 100*time.Millisecond)
+		err = m.update(ctx)
+	}
 	for err == nil {
 		m.mu.Lock()
 		done, ch := len(m.owned) == 0 && m.assigned == 0, m.changed
@@ -288,6 +294,9 @@ func (m *Member) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 				m.reg = id
 				m.mu.Unlock()
 				ka = next
+				// The link was down for a TTL: a watch on it may have
+				// stalled without failing.
+				notify(m.resync)
 				break
 			}
 			m.g.cfg.log.Warn("shard member registration failed", slog.String("group", m.g.name), slog.String("member", m.name), slog.String("error", err.Error()))
@@ -327,7 +336,9 @@ func (m *Member) follow() {
 	defer m.bg.Done()
 	key := m.g.assignKey()
 	for m.ctx.Err() == nil {
-		resp, err := m.g.etcd.Get(m.ctx, key)
+		gctx, gcancel := context.WithTimeout(m.ctx, m.g.cfg.ttl)
+		resp, err := m.g.etcd.Get(gctx, key)
+		gcancel()
 		if err != nil {
 			sleep(m.ctx, 200*time.Millisecond)
 			continue
@@ -338,9 +349,20 @@ func (m *Member) follow() {
 		}
 		m.apply(v)
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(m.ctx))
-		for wr := range m.g.etcd.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil {
-				break
+		m.watch(m.g.etcd.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)))
+		cancel()
+		sleep(m.ctx, 50*time.Millisecond)
+	}
+}
+
+// watch applies the assignment's changes from wch until it fails or the
+// keeper asks for a fresh read.
+func (m *Member) watch(wch clientv3.WatchChan) {
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
@@ -349,9 +371,9 @@ func (m *Member) follow() {
 					m.apply(ev.Kv.Value)
 				}
 			}
+		case <-m.resync:
+			return
 		}
-		cancel()
-		sleep(m.ctx, 50*time.Millisecond)
 	}
 }
 
