@@ -264,3 +264,24 @@ func TestInvalid(t *testing.T) {
 	require.NoError(t, m.Close())
 	require.True(t, errors.Is(m.SetWeight(ctx, 2), shard.ErrLeft))
 }
+
+// TestSetWeight: raising a member's weight moves shards to it by
+// hand-off until each share is within one shard of its weighted fair
+// share.
+func TestSetWeight(t *testing.T) {
+	c := etcdtest.Start(t)
+	log := newLog()
+	a := startNode(t, c, log, "g4", shard.Count(30), "a", 1)
+	b := startNode(t, c, log, "g4", shard.Count(30), "b", 1)
+	require.Eventually(t, settled(30, []int{15, 15}, a, b), 10*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.m.SetWeight(ctx, 3))
+	// Fair shares 7.5 and 22.5.
+	require.Eventually(t, func() bool {
+		got := owned(a, b)
+		return got[0]+got[1] == 30 && got[0] >= 7 && got[0] <= 8
+	}, 10*time.Second, 10*time.Millisecond, "owned %v", owned(a, b))
+	require.NoError(t, log.check())
+	require.ErrorIs(t, b.m.SetWeight(ctx, shard.MaxWeight+1), shard.ErrInvalidConfig)
+}
