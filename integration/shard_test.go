@@ -325,16 +325,6 @@ func (f *fleet) moves() int {
 	return n
 }
 
-// gains returns the number of ownerships recorded so far.
-func (f *fleet) gains() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, ws := range f.wins {
-		n += len(ws)
-	}
-	return n
-}
 
 // leave drains nd.
 func (f *fleet) leave(nd *fnode) {
