@@ -21,6 +21,10 @@
 # FENCEKIT_BENCH_STORM_N, the numbers of locks RevokeStorm's holder dies
 # with: 1000,10000,100000 by default).
 #
+# SHARD_SOAK=10m also runs package shard's soak (TestShardSoak, 8 members
+# x 256 shards under joins, leaves, kills, pauses and partitions) for that
+# long per cluster size, after the benchmarks.
+#
 # Set FENCEKIT_PG_DSN to include PostgreSQL in BenchmarkGuard. BenchmarkRedis
 # (module redisguard) runs against FENCEKIT_REDIS_ADDR (for example
 # 127.0.0.1:6379) and skips without it.
@@ -45,6 +49,9 @@ go test ./integration -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$coun
 # redisguard is a module of its own; its benchmark needs Redis
 # (FENCEKIT_REDIS_ADDR) and skips without it.
 (cd redisguard && go test -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count="$count" -timeout 10m .) | tee -a "$out"
+if [[ -n "${SHARD_SOAK:-}" ]]; then
+  FENCEKIT_SHARD_SOAK=$SHARD_SOAK go test ./integration -run '^TestShardSoak$' -count=1 -v -timeout 3h | grep -v '^time=' | tee -a "$out"
+fi
 took=$(( $(date +%s) - start ))
 go run ./scripts/benchtable \
   -machine "$(nproc) cores, $(go version | cut -d' ' -f3-), $(uname -sr), $(date -u +%Y-%m-%d), ${took} s" \
