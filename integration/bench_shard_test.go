@@ -151,8 +151,6 @@ func pct(ds []time.Duration, p int) time.Duration {
 	return ds[min(len(ds)-1, len(ds)*p/100)]
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // requestCounter counts what one member's etcd client sends: unary calls
 // and messages on streams.
 type requestCounter struct {

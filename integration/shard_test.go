@@ -325,7 +325,6 @@ func (f *fleet) moves() int {
 	return n
 }
 
-
 // leave drains nd.
 func (f *fleet) leave(nd *fnode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
