@@ -162,13 +162,13 @@ func (c *Client) watchTarget(ctx context.Context, w *waiter) (target string, cov
 		return "", false, nil
 	}
 	kw := c.recs.watchBehind(w, key, prefix)
-	if err := waitFor(ctx, c, w, c.recs.watches.created(kw)); err != nil {
+	if err := waitFor(ctx, c, w, c.recs.watches.Created(kw)); err != nil {
 		return "", false, err
 	}
 	if c.bg.ctx.Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
-	return key, kw.start <= at, nil
+	return key, kw.Start() <= at, nil
 }
 
 // reread reads the records ahead of w again and sets its blockers.

@@ -178,10 +178,10 @@ func (e *enqueuer) found(resp *clientv3.TxnResponse) error {
 // the write) may have missed some: then the queue and the waiter's own
 // record are read again, and the new queue and its revision returned.
 func (c *Client) catchUp(ctx context.Context, w *waiter, val string, readRev int64) ([]*mvccpb.KeyValue, int64, error) {
-	if err := waitFor(ctx, c, w, c.recs.watches.created(w.own)); err != nil {
+	if err := waitFor(ctx, c, w, c.recs.watches.Created(w.own)); err != nil {
 		return nil, 0, err
 	}
-	if w.own.start <= readRev {
+	if w.own.Start() <= readRev {
 		return nil, 0, nil
 	}
 	for {

@@ -135,11 +135,11 @@ func (m *metrics) resolve() {
 	}
 }
 
-// events counts watch events received (see streamStats).
-func (m *metrics) events(n int) { m.watchEvents.Add(float64(n)) }
+// Events counts watch events received (see watchmux.Stats).
+func (m *metrics) Events(n int) { m.watchEvents.Add(float64(n)) }
 
-// watching counts watches started (delta 1) and stopped (delta -1).
-func (m *metrics) watching(delta int) { m.watches.Add(float64(delta)) }
+// Watching counts watches started (delta 1) and stopped (delta -1).
+func (m *metrics) Watching(delta int) { m.watches.Add(float64(delta)) }
 
 // result is the counter of op's calls with outcome result.
 func (m *metrics) result(op opKind, result string) prometheus.Counter {
