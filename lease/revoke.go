@@ -32,18 +32,18 @@ import (
 // ErrNotFound when the lock is free). A record that no session keeps
 // cannot be asked: use ForceRelease. Any other error means the outcome is
 // unknown; asking again is harmless.
-func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) error {
+func (a *Admin) RequestRelease(ctx context.Context, name string, rev int64) error {
 	if err := ValidateName(name); err != nil {
 		return err
 	}
 	if rev <= 0 {
 		return fmt.Errorf("lease: request release %q: fence revision %d is not positive", name, rev)
 	}
-	head, err := c.etcd.Get(ctx, lockDir(c.cfg.prefix, name), headRecord()...)
+	head, err := a.etcd.Get(ctx, lockDir(a.prefix, name), headRecord()...)
 	if err != nil {
 		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	kv, err := c.holder(ctx, head.Kvs)
+	kv, err := a.holder(ctx, head.Kvs)
 	switch {
 	case err != nil:
 		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
@@ -56,8 +56,8 @@ func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) err
 		return fmt.Errorf("lease: request release %q: the record is kept by no session, so no Client can hear the request; use ForceRelease", name)
 	}
 	key := string(kv.Key)
-	ask := askKey(c.cfg.prefix, key, rev)
-	resp, err := c.etcd.Txn(ctx).
+	ask := askKey(a.prefix, key, rev)
+	resp, err := a.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(ask, key, clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
 		Commit()
@@ -67,7 +67,7 @@ func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) err
 	case !resp.Succeeded:
 		return &NotHolderError{Lock: name, Revision: rev}
 	}
-	c.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
+	a.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
 	return nil
 }
 
@@ -190,7 +190,7 @@ func (a *releaseAsk) request(to int64) {
 }
 
 // ReleaseRequested is closed when someone asked this lease's holder to
-// release the lock (Client.RequestRelease), or to hand it to a waiting
+// release the lock (Admin.RequestRelease), or to hand it to a waiting
 // candidate (Election.RequestTransfer; Do then transfers). It stays open
 // otherwise, also after the lease ends.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.get().Done() }
