@@ -29,13 +29,11 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix     string
-	ttl        time.Duration
-	margin     time.Duration
-	logger     *slog.Logger
-	instance   string
-	registerer prometheus.Registerer
-	tracer     trace.TracerProvider
+	prefix   string
+	ttl      time.Duration
+	margin   time.Duration
+	instance string
+	obs      observe.Options // WithLogger, WithMetrics, WithTracerProvider
 }
 
 // WithTracerProvider makes the Client record an OpenTelemetry span for
@@ -46,11 +44,7 @@ type config struct {
 // nothing; it never uses the global provider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) error {
-		if tp == nil {
-			return errors.New("lease: nil TracerProvider")
-		}
-		c.tracer = tp
-		return nil
+		return observe.Set(&c.obs.TracerProvider, tp, errors.New("lease: nil TracerProvider"))
 	})
 }
 
@@ -111,7 +105,7 @@ func WithSafetyMargin(d time.Duration) Option {
 // released, lost). Records carry a hash of the lock name, the owner digest
 // and the fencing revision, never an owner token. The default discards.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error { return observe.Set(&c.logger, l, errors.New("lease: nil logger")) })
+	return optionFunc(func(c *config) error { return observe.Set(&c.obs.Logger, l, errors.New("lease: nil logger")) })
 }
 
 // WithInstanceID sets the instance id that owner tokens of this Client carry
@@ -136,6 +130,6 @@ func WithInstanceID(id string) Option {
 // collectors.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
-		return observe.Set(&c.registerer, reg, errors.New("lease: nil metrics registerer"))
+		return observe.Set(&c.obs.Registerer, reg, errors.New("lease: nil metrics registerer"))
 	})
 }
