@@ -201,7 +201,7 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 		}
 		var block, own *keyWatch
 		if w != nil {
-			block, own = w.block, c.recs.watches.Lookup(w.key)
+			block, own = w.block, w.own
 		}
 		c.recs.mu.Unlock()
 		if block != nil && own != nil {

@@ -212,10 +212,7 @@ func (a *Admin) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (
 	}
 	ttls := map[int64]time.Duration{}
 	for _, kv := range kvs {
-		if kv.Lease == 0 {
-			continue
-		}
-		if _, ok := ttls[kv.Lease]; ok {
+		if _, ok := ttls[kv.Lease]; ok || kv.Lease == 0 {
 			continue
 		}
 		ttl, err := sessionTTL(ctx, a.etcd, kv.Lease)
@@ -249,7 +246,9 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 			if first && !hasRecord(recs, rec, kv.CreateRevision) {
 				// Ahead of every record, and its own is gone: the lock
 				// waits out its delay.
-				st.DelayedUntil = later(st.DelayedUntil, now.Add(max(ttls[kv.Lease], 0)))
+				if end := now.Add(max(ttls[kv.Lease], 0)); end.After(st.DelayedUntil) {
+					st.DelayedUntil = end
+				}
 			}
 			continue
 		}
@@ -271,14 +270,6 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 		st.Waiters[i].LockDelay = delays[st.Waiters[i].Fence.Revision]
 	}
 	return st
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // hasRecord reports whether recs holds the record at key created at crev.
@@ -360,27 +351,11 @@ func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) R
 // paused or partitioned keeps running until it notices. Only fencing at the
 // resource stops its writes.
 func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Record, error) {
-	if err := ValidateName(name); err != nil {
+	kv, err := a.holder(ctx, "force release", name, rev)
+	if err != nil {
 		return nil, err
 	}
-	if rev <= 0 {
-		return nil, fmt.Errorf("lease: force release %q: fence revision %d is not positive", name, rev)
-	}
-	dir := lockDir(a.prefix, name)
-	head, err := a.etcd.Get(ctx, dir, headRecord()...)
-	if err != nil {
-		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	}
-	kv, err := a.holder(ctx, head.Kvs)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	case kv == nil:
-		return nil, &NotHolderError{Lock: name, Revision: rev}
-	case kv.CreateRevision != rev:
-		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
-	}
-	key := string(kv.Key)
+	dir, key := lockDir(a.prefix, name), string(kv.Key)
 	// The record at the head of the queue stays the head as long as it
 	// exists (no record can be created ahead of it), so comparing its
 	// creation revision is enough to know it still holds the lock. The
@@ -411,7 +386,8 @@ func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Reco
 		// Not a Release: the lock waits out the holder's lock-delay,
 		// counted from now rather than from its session's end.
 		r.LockDelay = m.delay
-		if err := moveMarker(ctx, a.etcd, m, revokeBounded(ctx, a.etcd)); err != nil {
+		discard := func(id clientv3.LeaseID, _ time.Duration) { _, _ = a.etcd.Revoke(ctx, id) } // or it expires
+		if err := moveMarker(ctx, a.etcd, m, discard); err != nil {
 			a.log.Warn("lease force release: lock-delay marker stays on its session's lease (it expires within the TTL plus the delay)",
 				logattr.Lock(name), logattr.Fence(rev), slog.String("error", err.Error()))
 		}
@@ -419,13 +395,30 @@ func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Reco
 	return &r, nil
 }
 
-// holder returns the record holding the lock whose queue's head (read
-// with headRecord) is head, or nil when nobody does (see resolveHead).
-func (a *Admin) holder(ctx context.Context, head []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
-	if len(head) == 0 {
-		return nil, nil
+// holder returns, for op, the record of the lock called name that holds
+// it, if its fencing revision is rev; otherwise a *NotHolderError, or
+// another error when it cannot tell.
+func (a *Admin) holder(ctx context.Context, op, name string, rev int64) (*mvccpb.KeyValue, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
 	}
-	return resolveHead(ctx, a.etcd, head[0])
+	if rev <= 0 {
+		return nil, fmt.Errorf("lease: %s %q: fence revision %d is not positive", op, name, rev)
+	}
+	head, err := a.etcd.Get(ctx, lockDir(a.prefix, name), headRecord()...)
+	var kv *mvccpb.KeyValue
+	if err == nil && len(head.Kvs) > 0 {
+		kv, err = resolveHead(ctx, a.etcd, head.Kvs[0]) // nil: a marker without its record
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("lease: %s %q: %w", op, name, errors.Join(rpcError(err), ctx.Err()))
+	case kv == nil:
+		return nil, &NotHolderError{Lock: name, Revision: rev}
+	case kv.CreateRevision != rev:
+		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+	}
+	return kv, nil
 }
 
 // forcedMark is the lock-delay marker among kvs (a read of a record's
@@ -438,14 +431,4 @@ func forcedMark(kvs []*mvccpb.KeyValue, rev int64) *delayMark {
 		}
 	}
 	return nil
-}
-
-// revokeBounded returns a function that revokes an etcd lease, bounded by
-// ctx and ttl; a lease it fails to revoke expires by itself.
-func revokeBounded(ctx context.Context, etcd clientv3.Lease) func(id clientv3.LeaseID, ttl time.Duration) {
-	return func(id clientv3.LeaseID, ttl time.Duration) {
-		rctx, cancel := context.WithTimeout(ctx, ttl)
-		defer cancel()
-		_, _ = etcd.Revoke(rctx, id)
-	}
 }

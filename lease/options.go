@@ -53,16 +53,22 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // other must use the same prefix; give a least-privilege etcd role exactly
 // this prefix.
 func WithPrefix(prefix string) Option {
-	return optionFunc(func(c *config) error {
-		if prefix == "" || prefix == "/" {
-			return errors.New("lease: empty key prefix")
-		}
-		if !strings.HasSuffix(prefix, "/") {
-			prefix += "/"
-		}
-		c.prefix = prefix
-		return nil
+	return optionFunc(func(c *config) (err error) {
+		c.prefix, err = keyPrefix(prefix)
+		return err
 	})
+}
+
+// keyPrefix is prefix, refused when empty, with a "/" appended when
+// missing.
+func keyPrefix(prefix string) (string, error) {
+	if prefix == "" || prefix == "/" {
+		return "", errors.New("lease: empty key prefix")
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix, nil
 }
 
 // WithTTL sets the TTL of the Client's etcd session lease. etcd counts TTLs

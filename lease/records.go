@@ -57,8 +57,8 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		byDir:   map[string]map[*waiter]struct{}{},
 		orphans: map[string]orphan{},
 	}
-	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Log: log, TTL: cfg.ttl,
-		Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
+	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
+		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
 	return t
 }
 

@@ -33,24 +33,9 @@ import (
 // cannot be asked: use ForceRelease. Any other error means the outcome is
 // unknown; asking again is harmless.
 func (a *Admin) RequestRelease(ctx context.Context, name string, rev int64) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	if rev <= 0 {
-		return fmt.Errorf("lease: request release %q: fence revision %d is not positive", name, rev)
-	}
-	head, err := a.etcd.Get(ctx, lockDir(a.prefix, name), headRecord()...)
+	kv, err := a.holder(ctx, "request release", name, rev)
 	if err != nil {
-		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	}
-	kv, err := a.holder(ctx, head.Kvs)
-	switch {
-	case err != nil:
-		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	case kv == nil:
-		return &NotHolderError{Lock: name, Revision: rev}
-	case kv.CreateRevision != rev:
-		return &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+		return err
 	}
 	if kv.Lease == 0 {
 		return fmt.Errorf("lease: request release %q: the record is kept by no session, so no Client can hear the request; use ForceRelease", name)

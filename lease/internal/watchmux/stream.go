@@ -39,6 +39,7 @@ type mux struct {
 	etcd  *clientv3.Client
 	ctx   context.Context // the owner's lifetime
 	spawn func(func())
+	sleep func(time.Duration) bool
 	log   *slog.Logger
 	sink  Sink
 	ttl   time.Duration // bounds a resync's read
@@ -57,48 +58,24 @@ type mux struct {
 
 // Config is what a Set needs from its owner.
 type Config struct {
-	// Etcd is the client whose connection carries the stream.
-	Etcd *clientv3.Client
-	// Context is the owner's lifetime: once it ends, the stream closes
-	// and no watch starts.
-	Context context.Context
-	// Go runs a goroutine that the owner waits for when it closes.
-	Go func(func())
-	// Log receives the stream's losses (Debug) and refused watches (Warn).
-	Log *slog.Logger
-	// TTL bounds a resync's read; an own key's watch lingers this long
-	// unused (see Set.Sweep).
-	TTL time.Duration
-	// Sink receives the events.
-	Sink Sink
-	// Stats counts events and watches.
-	Stats Stats
-	// Used reports whether the sink still needs key's events; Sweep calls
-	// it under the owner's lock.
-	Used func(key string) bool
-	// Mu is the stream's lock, taken under the owner's lock and never
-	// held while calling the sink (an owner may check its lock order).
-	Mu sync.Locker
+	Etcd    *clientv3.Client         // whose connection carries the stream
+	Context context.Context          // the owner's lifetime: once it ends, the stream closes and no watch starts
+	Go      func(func())             // runs a goroutine that the owner waits for when it closes
+	Sleep   func(time.Duration) bool // waits, and reports false if Context ended first
+	Log     *slog.Logger             // the stream's losses (Debug) and refused watches (Warn)
+	TTL     time.Duration            // bounds a resync's read; an own key's watch lingers this long unused
+	Sink    Sink                     // receives the events
+	Stats   Stats                    // counts events and watches
+	Used    func(key string) bool    // whether the sink still needs key's events; Sweep calls it under the owner's lock
+	Mu      sync.Locker              // the stream's lock: taken under the owner's, never held while calling the sink
 }
 
 // New returns an empty Set whose stream runs until cfg.Context ends.
 func New(cfg Config) *Set {
-	s := &mux{etcd: cfg.Etcd, ctx: cfg.Context, spawn: cfg.Go, log: cfg.Log, sink: cfg.Sink, ttl: cfg.TTL,
+	s := &mux{etcd: cfg.Etcd, ctx: cfg.Context, spawn: cfg.Go, sleep: cfg.Sleep, log: cfg.Log, sink: cfg.Sink, ttl: cfg.TTL,
 		stats: cfg.Stats, mu: cfg.Mu, byID: map[int64]*Watch{}, wake: make(chan struct{}, 1)}
 	s.spawn(s.run)
 	return &Set{stream: s, ttl: cfg.TTL, used: cfg.Used, m: map[string]*Watch{}}
-}
-
-// sleep waits d, and reports false if the owner closed first.
-func (s *mux) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.ctx.Done():
-		return false
-	}
 }
 
 // add starts kw, a new watch, from the current revision.

@@ -138,9 +138,6 @@ func (ws *Set) Current(kw *Watch) bool {
 	return kw != nil && ws.m[kw.key] == kw
 }
 
-// Lookup returns the set's watch of key, or nil.
-func (ws *Set) Lookup(key string) *Watch { return ws.m[key] }
-
 // Halt stops kw's events while it stays in the set, as a lost stream
 // would hold them back: tests use it to delay a watch's delivery.
 func (ws *Set) Halt(kw *Watch) { ws.stream.stop(kw) }
