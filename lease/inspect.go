@@ -147,7 +147,7 @@ type Admin struct {
 // release, a release request) are discarded; Client.Admin's go to the
 // Client's logger.
 func NewAdmin(cli *clientv3.Client, prefix string) (*Admin, error) {
-	v, err := NewVerifier(cli, prefix)
+	v, err := NewVerifier(cli, prefix) // the same checks and prefix
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +243,8 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 		if rec, ok := markerRecord(string(kv.Key)); ok {
 			delays[kv.CreateRevision], _ = markerDelay(kv.Value)
 			first := st.Holder == nil && len(st.Waiters) == 0
-			if first && !hasRecord(recs, rec, kv.CreateRevision) {
+			ownRecord := func(r *mvccpb.KeyValue) bool { return string(r.Key) == rec && r.CreateRevision == kv.CreateRevision }
+			if first && !slices.ContainsFunc(recs, ownRecord) {
 				// Ahead of every record, and its own is gone: the lock
 				// waits out its delay.
 				if end := now.Add(max(ttls[kv.Lease], 0)); end.After(st.DelayedUntil) {
@@ -270,16 +271,6 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 		st.Waiters[i].LockDelay = delays[st.Waiters[i].Fence.Revision]
 	}
 	return st
-}
-
-// hasRecord reports whether recs holds the record at key created at crev.
-func hasRecord(recs []*mvccpb.KeyValue, key string, crev int64) bool {
-	for _, kv := range recs {
-		if string(kv.Key) == key && kv.CreateRevision == crev {
-			return true
-		}
-	}
-	return false
 }
 
 // sessionTTL returns the TTL left of an etcd lease, or -1 when it no longer

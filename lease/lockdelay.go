@@ -220,7 +220,8 @@ func (c *Client) expireMarker(l *Lease) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
-		err := moveMarker(ctx, c.etcd, m, func(id clientv3.LeaseID, ttl time.Duration) { c.bg.spawn(func() { c.revokeLease(id, ttl) }) })
+		discard := func(id clientv3.LeaseID, ttl time.Duration) { c.bg.spawn(func() { c.revokeLease(id, ttl) }) }
+		err := moveMarker(ctx, c.etcd, m, discard)
 		cancel()
 		if err == nil {
 			return
