@@ -103,7 +103,7 @@
 // waiters, a Client costs etcd:
 //
 //   - watchers: one per session, of the requests to release its records
-//     (Client.RequestRelease; no event until someone asks), plus at most
+//     (Admin.RequestRelease; no event until someone asks), plus at most
 //     K + W (S semaphore waiters of one lock share one directory watch);
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,
@@ -298,10 +298,21 @@
 // lease after d even while renewals succeed (cause ErrMaxHold), before its
 // record is deleted so that the next holder starts after the end;
 // WithMetadata(text) stores a short note with the record, which Inspect
-// (Record.Value) and Lease.Metadata show. Client.RequestRelease asks the
+// (Record.Value) and Lease.Metadata show. Admin.RequestRelease asks the
 // holder of a given fence to let go, without taking anything: the
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
+//
+// # Operator tools
+//
+// An Admin (NewAdmin(cli, prefix), or Client.Admin for a process that
+// already has a Client) holds what operators and tools do to locks they do
+// not hold: Inspect and InspectAll read a lock's holder and queue (owner
+// digests, never tokens), RequestRelease asks a holder to let go and
+// ForceRelease deletes a holder's record, each in one transaction
+// comparing the record's creation revision. Like a Verifier, it has no
+// session and holds nothing; "fencekit status" and "fencekit release" are
+// built on it.
 //
 // # Lock-delay
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/fencekit/fencekit/lease/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,7 +30,7 @@ type records struct {
 
 	mu      recordsMutex
 	closed  bool
-	watches watchSet
+	watches *watchmux.Set
 	held    map[string]*Lease  // record key -> lease
 	waiters map[string]*waiter // own record key -> waiter
 	byDir   map[string]map[*waiter]struct{}
@@ -45,7 +46,7 @@ type sessionKeeper interface {
 	checkGone(s *session)
 }
 
-func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats streamStats) *records {
+func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats watchmux.Stats) *records {
 	t := &records{
 		etcd:    cli,
 		bg:      bg,
@@ -56,8 +57,8 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		byDir:   map[string]map[*waiter]struct{}{},
 		orphans: map[string]orphan{},
 	}
-	t.watches = watchSet{stream: newWatchStream(cli, bg, log, cfg.ttl, t, stats), ttl: cfg.ttl, used: t.used,
-		m: map[string]*keyWatch{}}
+	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
+		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
 	return t
 }
 
@@ -118,9 +119,9 @@ func (t *records) subscribe(w *waiter) error {
 		return errRetired // ended since this acquisition picked it: try another
 	}
 	w.reading()
-	w.own = t.watches.own(w.key)
+	w.own = t.watches.Own(w.key)
 	if w.kind.limit > 0 {
-		w.block = t.watches.hold(w.dir, true) // a permit may come from any holder
+		w.block = t.watches.Hold(w.dir, true) // a permit may come from any holder
 	}
 	t.waiters[w.key] = w
 	if t.byDir[w.dir] == nil {
@@ -173,11 +174,11 @@ func (t *records) forget(l *Lease, recordGone bool) {
 func (t *records) watchBehind(w *waiter, key string, prefix bool) *keyWatch {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w.block == nil || !w.block.covers(key) || !t.watches.current(w.block) {
+	if w.block == nil || !w.block.Covers(key) || !t.watches.Current(w.block) {
 		// None yet, another target, or a watch stopped since.
 		old := w.block
-		w.block = t.watches.hold(key, prefix)
-		t.watches.drop(old)
+		w.block = t.watches.Hold(key, prefix)
+		t.watches.Drop(old)
 	}
 	return w.block
 }
@@ -188,7 +189,7 @@ func (t *records) watchBehind(w *waiter, key string, prefix bool) *keyWatch {
 func (t *records) orderedWithOwn(w *waiter) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return w.block != nil && w.block.covers(w.key) && t.watches.current(w.block)
+	return w.block != nil && w.block.Covers(w.key) && t.watches.Current(w.block)
 }
 
 // retireIfIdle retires s if it is tainted and nothing uses it.
@@ -241,7 +242,7 @@ func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
 func (t *records) sweep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.watches.sweep()
+	t.watches.Sweep()
 }
 
 // put applies a watch event: key written with kv. Keys are reused, so an
@@ -337,7 +338,7 @@ func (t *records) used(key string) bool {
 
 // unlink stops routing watch events to w. t.mu is held.
 func (t *records) unlink(w *waiter) {
-	t.watches.drop(w.block)
+	t.watches.Drop(w.block)
 	w.block = nil
 	delete(t.waiters, w.key)
 	if ws := t.byDir[w.dir]; ws != nil {

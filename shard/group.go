@@ -233,7 +233,7 @@ func (g *Group) Status(ctx context.Context) (*Status, error) {
 			return nil, err
 		}
 	}
-	locks, err := g.locks.InspectAll(ctx)
+	locks, err := g.locks.Admin().InspectAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("shard: group %q: %w", g.name, err)
 	}

@@ -205,7 +205,7 @@ func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
 		return time.Second
 	}
 	lock := w.m.g.lock(w.i)
-	st, err := w.m.g.locks.Inspect(ctx, lock)
+	st, err := w.m.g.locks.Admin().Inspect(ctx, lock)
 	if err != nil || st.Holder == nil {
 		return 250 * time.Millisecond
 	}
@@ -218,7 +218,7 @@ func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
 		return 10 * time.Millisecond
 	}
 	if rev := st.Holder.Fence.Revision; rev != a.asked {
-		err := w.m.g.locks.RequestRelease(ctx, lock, rev)
+		err := w.m.g.locks.Admin().RequestRelease(ctx, lock, rev)
 		if err == nil {
 			a.asked = rev
 		}
