@@ -41,6 +41,7 @@ var exitCodes = map[string]struct {
 	"ErrKeyDeleted":       {lease.ErrKeyDeleted, ExitLost},
 	"ErrKeyOverwritten":   {lease.ErrKeyOverwritten, ExitLost},
 	"ErrSessionExpired":   {lease.ErrSessionExpired, ExitLost},
+	"ErrRevokedEarly":     {lease.ErrRevokedEarly, ExitLost},
 	"ErrDeadline":         {lease.ErrDeadline, ExitLost},
 	"ErrReleased":         {lease.ErrReleased, ExitSoftware},
 	"ErrTransferred":      {lease.ErrTransferred, ExitSoftware},
