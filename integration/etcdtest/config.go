@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/etcdproc"
+
 	"go.uber.org/zap"
 )
 
@@ -13,8 +15,10 @@ var (
 	// describe a cluster. Errors of StartCluster and Start that match it
 	// are *ConfigError values naming the field.
 	ErrInvalidConfig = errors.New("etcdtest: invalid config")
-	// ErrClosed reports a call on a Cluster that was closed.
-	ErrClosed = errors.New("etcdtest: cluster closed")
+	// ErrClosed reports a call on a Cluster that was closed. It is the
+	// error of the cluster type etcdtest shares with fencekit's process
+	// runner (its text names that: "etcdproc: cluster closed").
+	ErrClosed = etcdproc.ErrClosed
 	// ErrNoProxies reports a client asked to go through no proxy.
 	ErrNoProxies = errors.New("etcdtest: no proxies given")
 )
