@@ -4,21 +4,17 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/testsupport/tokentest"
 )
 
 func FuzzTokenFromHeader(f *testing.F) {
-	f.Add("42:orders", "", uint8(1))
-	f.Add("42:orders", "43:orders", uint8(2))
-	f.Add("", "", uint8(0))
-	f.Fuzz(func(t *testing.T, a, b string, n uint8) {
-		vs := tokentest.Values(a, b, n)
+	tokentest.Fuzz(f, func(vs []string) (fence.Token, error) {
 		h := http.Header{}
 		for _, v := range vs {
 			h.Add(guard.Header, v)
 		}
-		tok, err := guard.TokenFromHeader(h)
-		tokentest.Check(t, vs, tok, err)
-	})
+		return guard.TokenFromHeader(h)
+	}, tokentest.Seed{A: "42:orders", B: "43:orders", N: 2})
 }

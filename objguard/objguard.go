@@ -51,11 +51,11 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	verifier   guard.Verifier
-	obs        observe.Options
-	probeKey   string
-	noProbe    bool
-	cacheSize  int
+	verifier  guard.Verifier
+	obs       observe.Options
+	probeKey  string
+	noProbe   bool
+	cacheSize int
 }
 
 // DefaultCacheSize is how many objects' last written versions a Guard
@@ -125,9 +125,9 @@ func WithCacheSize(n int) Option {
 // or newer than the object's mark, as a conditional request on the
 // version it decided about. It is safe for concurrent use.
 type Guard struct {
-	cli    Client
-	bucket string
-	ver    guard.Verifier // nil without WithVerifier
+	cli       Client
+	bucket    string
+	ver       guard.Verifier // nil without WithVerifier
 	obs       *observe.Observer
 	conflicts *prometheus.CounterVec // nil without WithMetrics
 

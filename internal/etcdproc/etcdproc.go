@@ -161,19 +161,25 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Members < 0 || cfg.Members > MaxMembers {
 		return cfg, fmt.Errorf("etcdproc: Members %d is not between 1 and %d", cfg.Members, MaxMembers)
 	}
-	if cfg.Members == 0 {
-		cfg.Members = 1
-	}
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = DefaultTickInterval
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = max(DefaultElectionTimeout, 10*cfg.TickInterval)
-	}
+	cfg.Members = max(cfg.Members, 1)
+	cfg.TickInterval, cfg.ElectionTimeout = Timing(cfg.TickInterval, cfg.ElectionTimeout)
 	if cfg.TickInterval < time.Millisecond || cfg.ElectionTimeout < 5*cfg.TickInterval {
 		return cfg, fmt.Errorf("etcdproc: timing %v/%v: tick below 1ms or election below 5 ticks", cfg.TickInterval, cfg.ElectionTimeout)
 	}
 	return cfg, nil
+}
+
+// Timing returns tick and election with their defaults where they are 0:
+// DefaultTickInterval, and DefaultElectionTimeout or 10 ticks, whichever
+// is longer.
+func Timing(tick, election time.Duration) (time.Duration, time.Duration) {
+	if tick == 0 {
+		tick = DefaultTickInterval
+	}
+	if election == 0 {
+		election = max(DefaultElectionTimeout, 10*tick)
+	}
+	return tick, election
 }
 
 var clusterSeq atomic.Int64

@@ -58,3 +58,27 @@ func checkOne(t *testing.T, v string, tok fence.Token, err error) {
 		t.Fatalf("value %q: accepted an invalid token: %v", v, verr)
 	}
 }
+
+// Fuzz fuzzes a token reader: read returns its answer for a request that
+// carried the values vs (none, one or two of the fuzzed strings), which
+// Check checks. seeds are more (a, b, n) inputs besides a valid token, two
+// and none.
+func Fuzz(f *testing.F, read func(vs []string) (fence.Token, error), seeds ...Seed) {
+	f.Add("42:orders", "", uint8(1))
+	f.Add("", "", uint8(0))
+	for _, s := range seeds {
+		f.Add(s.A, s.B, s.N)
+	}
+	f.Fuzz(func(t *testing.T, a, b string, n uint8) {
+		vs := Values(a, b, n)
+		tok, err := read(vs)
+		Check(t, vs, tok, err)
+	})
+}
+
+// Seed is one input of Fuzz: the values a and b, of which the request
+// carries the first n%3.
+type Seed struct {
+	A, B string
+	N    uint8
+}
