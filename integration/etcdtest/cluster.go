@@ -32,7 +32,8 @@ type cluster = etcdproc.Cluster
 // CAFile, ClientConfig (every member's endpoint, TLS and credentials, a 5 s
 // dial timeout, no logs), NewClient(members...) (a new client of those
 // members, all when none are given; it returns ErrClosed after Close),
-// Metric (the sum of a metric of the running members), Dir and Binary.
+// Metric (the sum of a metric over the member processes; it fails for
+// in-process members, which serve no metrics), Dir and Binary.
 type Cluster struct {
 	*cluster
 	inProcess bool // the members run inside this process

@@ -53,8 +53,10 @@ func (r embedRunner) config(s etcdproc.Spec) (*embed.Config, error) {
 	}
 	cfg.Logger = "zap"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.With(zap.String("member", s.Name)))
-	var us [3]*url.URL
-	for i, raw := range []string{s.ClientURL, s.PeerURL, s.MetricsURL} {
+	// No metrics URL: etcd's metrics are registered process-wide, so
+	// in-process members would all report the same values.
+	var us [2]*url.URL
+	for i, raw := range []string{s.ClientURL, s.PeerURL} {
 		u, err := url.Parse(raw)
 		if err != nil {
 			return nil, err
@@ -63,7 +65,6 @@ func (r embedRunner) config(s etcdproc.Spec) (*embed.Config, error) {
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*us[0]}, []url.URL{*us[0]}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*us[1]}, []url.URL{*us[1]}
-	cfg.ListenMetricsUrls = []url.URL{*us[2]}
 	cfg.InitialCluster = s.InitialCluster
 	cfg.InitialClusterToken = s.Token
 	cfg.ClusterState = s.State

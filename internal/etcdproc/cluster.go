@@ -89,7 +89,8 @@ func (c *Cluster) agreedLeader(ctx context.Context) bool {
 
 // Metric returns the sum of the metric name (a counter's or a gauge's
 // value without labels, or the sum over its series) over the running,
-// unpaused members, read from their metrics URLs.
+// unpaused members, read from their metrics URLs (which a Runner's
+// servers may not serve: then it fails).
 func (c *Cluster) Metric(ctx context.Context, name string) (float64, error) {
 	var sum float64
 	for _, m := range c.members {

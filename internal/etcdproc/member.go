@@ -27,8 +27,8 @@ type Runner interface {
 type Spec struct {
 	// Name is the member's name: m0, m1, ...
 	Name string
-	// ClientURL, PeerURL and MetricsURL are the URLs it listens on (the
-	// metrics URL serves /metrics and /health over plain HTTP).
+	// ClientURL and PeerURL are the URLs it listens on; a process also
+	// serves /metrics and /health on MetricsURL, over plain HTTP.
 	ClientURL, PeerURL, MetricsURL string
 	// DataDir is its data directory (it exists); LogFile is where a
 	// process writes its output.
@@ -110,8 +110,9 @@ func (m *Member) ClientURL() string { return m.clientURL }
 // PeerURL returns the URL the member talks to its peers on.
 func (m *Member) PeerURL() string { return m.peerURL }
 
-// MetricsURL returns the base URL of the member's /metrics and /health,
-// plain HTTP even with TLS.
+// MetricsURL returns the base URL of a member process's /metrics and
+// /health, plain HTTP even with TLS (a Runner's servers may serve none:
+// integration/etcdtest's in-process ones do not).
 func (m *Member) MetricsURL() string { return m.metricsURL }
 
 // LogFile returns the file a member process's output goes to.
