@@ -11,6 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/tokentest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -63,7 +64,7 @@ func FuzzVerifiedMiddleware(f *testing.F) {
 			path = "/items/2"
 		}
 		req := httptest.NewRequestWithContext(ctx, http.MethodPut, path, nil)
-		for _, v := range values(a, b, n) {
+		for _, v := range tokentest.Values(a, b, n) {
 			req.Header.Add(guard.Header, v)
 		}
 		ran = fence.Token{}

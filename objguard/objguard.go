@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"sync"
 
@@ -17,7 +16,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
 	"github.com/fencekit/fencekit/internal/observe"
-	"go.opentelemetry.io/otel/trace"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The object metadata the Guard reads and writes (x-amz-meta-<name> on the
@@ -53,7 +52,7 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	verifier  guard.Verifier
-	obs       observe.Options // WithLogger, WithMetrics, WithTracerProvider
+	obs       observe.Options
 	probeKey  string
 	noProbe   bool
 	cacheSize int
@@ -126,12 +125,11 @@ func WithCacheSize(n int) Option {
 // or newer than the object's mark, as a conditional request on the
 // version it decided about. It is safe for concurrent use.
 type Guard struct {
-	cli    Client
-	bucket string
-	ver    guard.Verifier // nil without WithVerifier
-	log    *slog.Logger
-	met    *metrics     // nil without WithMetrics
-	tracer trace.Tracer // nil without WithTracerProvider
+	cli       Client
+	bucket    string
+	ver       guard.Verifier // nil without WithVerifier
+	obs       *observe.Observer
+	conflicts *prometheus.CounterVec // nil without WithMetrics
 
 	mu       sync.Mutex
 	verified map[string]int64   // lock name -> revision last verified
@@ -167,20 +165,16 @@ func New(ctx context.Context, cli Client, bucket string, opts ...Option) (*Guard
 			return nil, err
 		}
 	}
-	if cfg.obs.Logger == nil {
-		cfg.obs.Logger = slog.New(slog.DiscardHandler)
+	obs, err := observe.New(spec, cfg.obs)
+	if err != nil {
+		return nil, err
 	}
-	g := &Guard{cli: cli, bucket: bucket, ver: cfg.verifier, log: cfg.obs.Logger,
+	g := &Guard{cli: cli, bucket: bucket, ver: cfg.verifier, obs: obs,
 		verified: map[string]int64{}, cache: map[string]version{}, cacheMax: cfg.cacheSize}
-	if cfg.obs.TracerProvider != nil {
-		g.tracer = cfg.obs.TracerProvider.Tracer(tracerName)
-	}
 	if cfg.obs.Registerer != nil {
-		met, err := newMetrics(cfg.obs.Registerer)
-		if err != nil {
+		if g.conflicts, err = newConflicts(cfg.obs.Registerer); err != nil {
 			return nil, err
 		}
-		g.met = met
 	}
 	if !cfg.noProbe {
 		key := cfg.probeKey
@@ -390,18 +384,16 @@ func (g *Guard) forget(key string) {
 
 // run decides and sends one fenced write, observing the decision.
 func (g *Guard) run(ctx context.Context, op, key string, t fence.Token, body []byte) (Object, error) {
-	sctx, span := g.startSpan(ctx, op, key, t)
+	sctx, span := g.obs.Start(ctx, observe.Decision{Op: op, Resource: key, Lock: t.Lock})
 	v, ev := g.decide(sctx, op, key, t, body)
-	ev.op = op
-	g.observe(sctx, ev)
-	endSpan(span, ev)
-	return v.object(key), ev.err
+	g.observe(sctx, span, ev)
+	return v.object(key), ev.Err
 }
 
 // decide checks t, then reads, decides and writes conditionally until the
 // store accepts the write or t is refused, at most MaxAttempts times.
 func (g *Guard) decide(ctx context.Context, op, key string, t fence.Token, body []byte) (version, event) {
-	ev := event{key: key, lock: t.Lock, token: t}
+	ev := event{Decision: observe.Decision{Op: op, Resource: key, Lock: t.Lock, Token: t}}
 	if err := g.checkInput(key, t); err != nil {
 		ev.setErr(err)
 		return version{}, ev
@@ -416,7 +408,7 @@ func (g *Guard) decide(ctx context.Context, op, key string, t fence.Token, body 
 				return version{}, ev
 			}
 		}
-		ev.mark = cur.mark
+		ev.Mark = cur.mark
 		if err := fence.Check(cur.mark, t); err != nil {
 			if fromCache { // a remembered version is never a reason to refuse: read
 				g.forget(key)
@@ -433,7 +425,7 @@ func (g *Guard) decide(ctx context.Context, op, key string, t fence.Token, body 
 		next, done, err := g.send(ctx, op, key, t, body, cur, fromCache)
 		switch {
 		case err == nil:
-			ev.outcome, ev.mark = outAccepted, t
+			ev.Outcome, ev.Mark = fence.Accepted, t
 			return next, ev
 		case done:
 			g.forget(key)
@@ -443,8 +435,8 @@ func (g *Guard) decide(ctx context.Context, op, key string, t fence.Token, body 
 		// The object is not the version decided about: read again.
 		g.forget(key)
 		fromCache = false
-		if g.met != nil {
-			g.met.conflicts.WithLabelValues(op).Inc()
+		if g.conflicts != nil {
+			g.conflicts.WithLabelValues(op).Inc()
 		}
 	}
 	ev.setErr(fmt.Errorf("%w: %q, %d attempts", ErrContended, key, MaxAttempts))
@@ -454,7 +446,7 @@ func (g *Guard) decide(ctx context.Context, op, key string, t fence.Token, body 
 // checkInput refuses a bad key or token before anything is sent.
 func (g *Guard) checkInput(key string, t fence.Token) error {
 	if key == "" {
-		return errors.New("objguard: empty key")
+		return errEmptyKey
 	}
 	if t.IsZero() {
 		return &fence.RefusedError{Outcome: fence.Missing, Resource: key}

@@ -7,12 +7,9 @@ import (
 	"log/slog"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
-	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -23,48 +20,48 @@ const (
 	opPurge  = "purge"
 )
 
-// The outcomes: the words of fence.Outcome, and "invalid" for bad input.
-var (
-	outAccepted   = fence.Accepted.String()
-	outStale      = fence.Stale.String()
-	outWrongLock  = fence.WrongLock.String()
-	outMalformed  = fence.Malformed.String()
-	outMissing    = fence.Missing.String()
-	outUnverified = fence.Unverified.String()
-	outFailed     = fence.Failed.String()
-)
+// errEmptyKey refuses an empty key before anything is sent: the
+// "invalid" condition (sqlguard's word).
+var errEmptyKey = errors.New("objguard: empty key")
 
-const outInvalid = "invalid" // an empty key, refused before sending (sqlguard's word)
+// spec is how a Guard observes its writes (see WithMetrics, WithLogger and
+// WithTracerProvider): the outcomes of fence.Outcome it decides, and
+// "invalid" for an empty key.
+var spec = observe.Spec{
+	Package:  "objguard",
+	Help:     "Fenced Put, Delete and Purge calls by op and outcome: accepted, stale, wrong_lock, malformed, missing, unverified, invalid, failed.",
+	Ops:      []string{opPut, opDelete, opPurge},
+	Outcomes: []fence.Outcome{fence.Accepted, fence.Stale, fence.WrongLock, fence.Malformed, fence.Missing, fence.Unverified, fence.Failed},
+	Conditions: []observe.Condition{
+		{Word: "invalid", Errs: []error{errEmptyKey},
+			Report: observe.Report{Level: slog.LevelWarn, Msg: "objguard: fenced write refused before sending", Error: true}},
+	},
+	Reports: map[fence.Outcome]observe.Report{
+		fence.Accepted: {Level: slog.LevelDebug, Msg: "objguard: fenced write applied"},
+		fence.Missing:  {Level: slog.LevelWarn, Msg: "objguard: fencing token refused", Status: "objguard: missing fencing token"},
+		fence.Failed:   {Level: slog.LevelError, Msg: "objguard: fenced write failed", Error: true},
+	},
+	NoFenceLock: true,
+}
 
-var (
-	metricOps      = []string{opPut, opDelete, opPurge}
-	metricOutcomes = []string{outAccepted, outStale, outWrongLock, outMalformed, outMissing, outUnverified, outInvalid, outFailed}
-)
-
-// event describes one decision, for metrics, the log and the span.
+// event describes one decision, for the Guard's Observer, and how many
+// reads-and-writes it made.
 type event struct {
-	op, outcome string
-	key, lock   string      // the object, the token's lock
-	token       fence.Token // the token decided
-	mark        fence.Token // the object's mark, when known
-	attempts    int         // reads-and-writes made
-	err         error       // nil when accepted
+	observe.Decision
+	attempts int
 }
 
 // setErr records err and its outcome.
 func (ev *event) setErr(err error) {
-	ev.err = err
+	ev.Err = err
 	var r *fence.RefusedError
-	switch {
-	case errors.As(err, &r):
-		ev.outcome = r.Outcome.String()
-		if r.Outcome == fence.WrongLock {
-			ev.lock = r.Mark.Lock // the object's lock
-		}
-	case ev.attempts == 0: // refused before any request
-		ev.outcome = outInvalid
-	default:
-		ev.outcome = outFailed
+	if !errors.As(err, &r) {
+		ev.Outcome = fence.Failed // or, for errEmptyKey, "invalid"
+		return
+	}
+	ev.Outcome = r.Outcome
+	if r.Outcome == fence.WrongLock {
+		ev.Lock = r.Mark.Lock // the object's lock
 	}
 }
 
@@ -93,91 +90,10 @@ func WithMetrics(reg prometheus.Registerer) Option {
 // lock names replaced by their hashes. Never an object's bytes. By
 // default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error { return observe.Set(&c.obs.Logger, l, errors.New("objguard: nil logger")) })
+	return optionFunc(func(c *config) error {
+		return observe.Set(&c.obs.Logger, l, errors.New("objguard: nil logger"))
+	})
 }
-
-type metrics struct {
-	decisions *prometheus.CounterVec // op, outcome
-	conflicts *prometheus.CounterVec // op
-}
-
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	d := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencekit_objguard_decisions_total",
-		Help: "Fenced Put, Delete and Purge calls by op and outcome: accepted, stale, wrong_lock, malformed, missing, unverified, invalid, failed.",
-	}, []string{"op", "outcome"})
-	d, err := promreg.Register(reg, d)
-	if err != nil {
-		return nil, fmt.Errorf("objguard: register metrics: %w", err)
-	}
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencekit_objguard_conflicts_total",
-		Help: "Conditional writes the object store refused because the object had changed since it was read (412), by op.",
-	}, []string{"op"})
-	c, err = promreg.Register(reg, c)
-	if err != nil {
-		return nil, fmt.Errorf("objguard: register metrics: %w", err)
-	}
-	for _, op := range metricOps {
-		c.WithLabelValues(op)
-		for _, o := range metricOutcomes {
-			d.WithLabelValues(op, o)
-		}
-	}
-	return &metrics{decisions: d, conflicts: c}, nil
-}
-
-// observe counts and logs the decision e.
-func (g *Guard) observe(ctx context.Context, e event) {
-	if g.met != nil {
-		g.met.decisions.WithLabelValues(e.op, e.outcome).Inc()
-	}
-	level, msg := slog.LevelWarn, "objguard: fencing token refused"
-	switch e.outcome {
-	case outAccepted:
-		level, msg = slog.LevelDebug, "objguard: fenced write applied"
-	case outInvalid:
-		msg = "objguard: fenced write refused before sending"
-	case outFailed:
-		level, msg = slog.LevelError, "objguard: fenced write failed"
-	}
-	if !g.log.Enabled(ctx, level) {
-		return
-	}
-	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs, slog.String("op", e.op), logattr.Outcome(e.outcome),
-		slog.String("resource", e.key), logattr.Lock(e.lock))
-	if !e.token.IsZero() {
-		attrs = append(attrs, logattr.Fence(e.token.Revision))
-	}
-	if !e.mark.IsZero() {
-		attrs = append(attrs, slog.Int64("mark", e.mark.Revision))
-	}
-	attrs = append(attrs, slog.Int("attempts", e.attempts))
-	if e.err != nil && (e.outcome == outFailed || e.outcome == outUnverified || e.outcome == outInvalid) {
-		attrs = append(attrs, slog.String("error", redact(e)))
-	}
-	g.log.LogAttrs(ctx, level, msg, attrs...)
-}
-
-// redact is e's error text with lock names replaced by their hashes.
-func redact(e event) string {
-	return logattr.Redact(e.err.Error(), e.lock, e.token.Lock, e.mark.Lock)
-}
-
-// tracerName names the instrumentation scope of the Guard's spans.
-const tracerName = "github.com/fencekit/fencekit/objguard"
-
-// Span attributes carry what the log records carry, under the keys of
-// packages lease, guard and redisguard.
-const (
-	attrOp       = attribute.Key("fencekit.op")
-	attrOutcome  = attribute.Key("fencekit.outcome")
-	attrResource = attribute.Key("fencekit.resource")
-	attrLock     = attribute.Key("fencekit.lock")
-	attrFence    = attribute.Key("fencekit.fence")
-	attrMark     = attribute.Key("fencekit.mark")
-)
 
 // WithTracerProvider makes the Guard record an OpenTelemetry span, through
 // tp's tracer "github.com/fencekit/fencekit/objguard", for each Put,
@@ -196,49 +112,24 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	})
 }
 
-// startSpan starts the span of one call; ctx and a nil span when the
-// Guard has no tracer.
-func (g *Guard) startSpan(ctx context.Context, op, key string, t fence.Token) (context.Context, trace.Span) {
-	if g.tracer == nil {
-		return ctx, nil
+// newConflicts registers fencekit_objguard_conflicts_total{op} on reg,
+// each op's series at zero.
+func newConflicts(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c, err := promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencekit_objguard_conflicts_total",
+		Help: "Conditional writes the object store refused because the object had changed since it was read (412), by op.",
+	}, []string{"op"}))
+	if err != nil {
+		return nil, fmt.Errorf("objguard: register metrics: %w", err)
 	}
-	return g.tracer.Start(ctx, "fencekit.objguard."+op, trace.WithAttributes(attrOp.String(op),
-		attrResource.String(key), attrLock.String(logattr.Hash(t.Lock))))
+	for _, op := range spec.Ops {
+		c.WithLabelValues(op)
+	}
+	return c, nil
 }
 
-// endSpan records e on span, when there is one, and ends it.
-func endSpan(span trace.Span, e event) {
-	if span == nil {
-		return
-	}
-	attrs := []attribute.KeyValue{attrOutcome.String(e.outcome)}
-	if !e.token.IsZero() {
-		attrs = append(attrs, attrFence.Int64(e.token.Revision))
-	}
-	if !e.mark.IsZero() {
-		attrs = append(attrs, attrMark.Int64(e.mark.Revision))
-	}
-	span.SetAttributes(attrs...)
-	if e.outcome != outAccepted {
-		span.SetStatus(otelcodes.Error, statusText(e))
-	}
-	span.End()
-}
-
-// statusText describes a refusal for a span's status without lock names.
-func statusText(e event) string {
-	switch e.outcome {
-	case outStale:
-		return "objguard: stale fencing token"
-	case outWrongLock:
-		return "objguard: fencing token for another lock"
-	case outMalformed:
-		return "objguard: malformed fencing token"
-	case outMissing:
-		return "objguard: missing fencing token"
-	}
-	if e.err == nil {
-		return "objguard: " + e.outcome
-	}
-	return redact(e)
+// observe counts, logs and traces the decision ev, ending span.
+func (g *Guard) observe(ctx context.Context, span trace.Span, ev event) {
+	ev.Attrs = []slog.Attr{slog.Int("attempts", ev.attempts)}
+	g.obs.Observe(ctx, span, ev.Decision)
 }

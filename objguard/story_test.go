@@ -3,13 +3,12 @@ package objguard_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/faultproxy"
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/internal/testsupport/storytest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/objguard"
 )
@@ -35,48 +34,19 @@ func TestStory(t *testing.T) {
 	gB := s.newGuard(t, objguard.WithVerifier(verifier))
 	const key = "reports/daily.json"
 
-	proxy, err := faultproxy.New(strings.TrimPrefix(c.Members[0].ClientURL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	locksA, err := lease.New(etcdtest.Client(t, c, proxy.URL()), lease.WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		proxy.Resume()
-		locksA.Close()
-	}()
-	locksB, err := lease.New(etcdtest.Client(t, c), lease.WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locksB.Close()
-
-	a, err := locksA.Acquire(ctx, "report")
-	if err != nil {
-		t.Fatalf("A acquire: %v", err)
-	}
+	st := storytest.Start(ctx, t, c, "report")
+	a := st.A
 	if _, err := gA.Put(ctx, key, a.Fence(), []byte("draft by A")); err != nil {
 		t.Fatalf("A's write while holding: %v", err)
 	}
 
-	proxy.Pause()
-	select {
-	case <-a.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("A's lease did not end while its link to etcd was paused past the TTL")
-	}
-	b, err := locksB.Acquire(ctx, "report")
-	if err != nil {
-		t.Fatalf("B acquire: %v", err)
-	}
+	st.Depose(ctx)
+	b := st.B
 	if _, err := gB.Put(ctx, key, b.Fence(), []byte("final by B")); err != nil {
 		t.Fatalf("B's write: %v", err)
 	}
 
-	proxy.Resume()
+	st.Wake()
 	_, err = gA.Put(ctx, key, a.Fence(), []byte("late by A"))
 	var stale *fence.RefusedError
 	if !errors.As(err, &stale) || stale.Outcome != fence.Stale || stale.Mark != b.Fence() || stale.Resource != key {

@@ -1,11 +1,10 @@
 package redisguard_test
 
 import (
-	"os"
-	"os/exec"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fencekit/fencekit/internal/testsupport/modtest"
 )
 
 // TestImportsOnlyWhatItUses pins what package redisguard links: go-redis,
@@ -14,32 +13,9 @@ import (
 // provides). And the core module does not require go-redis: only this
 // module does.
 func TestImportsOnlyWhatItUses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
-	deps := strings.Fields(string(out))
-	for _, d := range deps {
-		if strings.HasPrefix(d, "go.etcd.io/") || d == "google.golang.org/grpc" || strings.HasPrefix(d, "google.golang.org/grpc/") ||
-			d == "github.com/fencekit/fencekit/lease" || strings.HasPrefix(d, "github.com/fencekit/fencekit/sqlguard") {
-			t.Errorf("package redisguard depends on %s", d)
-		}
-	}
-	for _, want := range []string{"github.com/redis/go-redis/v9", "github.com/fencekit/fencekit/guard", "github.com/fencekit/fencekit/fence"} {
-		if !slices.Contains(deps, want) {
-			t.Errorf("package redisguard does not depend on %s", want)
-		}
-	}
-	t.Logf("package redisguard has %d dependencies", len(deps))
-
-	core, err := os.ReadFile("../go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(core), "redis/go-redis") {
-		t.Error("the core module's go.mod requires go-redis: only module redisguard may")
-	}
+	modtest.Deps(t, "redisguard", func(d string) bool {
+		return strings.HasPrefix(d, "go.etcd.io/") || d == "google.golang.org/grpc" || strings.HasPrefix(d, "google.golang.org/grpc/") ||
+			d == "github.com/fencekit/fencekit/lease" || strings.HasPrefix(d, "github.com/fencekit/fencekit/sqlguard")
+	}, "github.com/redis/go-redis/v9", "github.com/fencekit/fencekit/guard", "github.com/fencekit/fencekit/fence")
+	modtest.CoreModLacks(t, "go-redis: only module redisguard may", "redis/go-redis")
 }

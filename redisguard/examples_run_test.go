@@ -2,9 +2,9 @@ package redisguard_test
 
 import (
 	"context"
-	"io"
-	"os"
 	"testing"
+
+	"github.com/fencekit/fencekit/internal/testsupport/modtest"
 
 	"github.com/fencekit/fencekit/redisguard"
 )
@@ -27,37 +27,9 @@ func TestExamples(t *testing.T) {
 	}
 	clean()
 	t.Cleanup(clean)
-	for _, c := range []struct {
-		name string
-		run  func()
-		want string
-	}{
-		{"Example", Example, "A adds 10: 10 <nil>\nB adds 5: 15 <nil>\nA refused: its token 41 is older than the mark 42\ntotal: 15\n"},
-		{"ExampleGuard_Exec", ExampleGuard_Exec, "[2 1 <nil>] <nil>\ntrue\ncommand 1 INCRBY failed; log length: 1\n"},
-		{"ExampleStore", ExampleStore, "<nil>\ntrue true\n7:items <nil>\n"},
-	} {
-		if got := stdout(t, c.run); got != c.want {
-			t.Errorf("%s printed\n%s\nwant\n%s", c.name, got, c.want)
-		}
-	}
-}
-
-// stdout returns what f prints to os.Stdout.
-func stdout(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	orig := os.Stdout
-	os.Stdout = w
-	done := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- string(b)
-	}()
-	defer func() { os.Stdout = orig }()
-	f()
-	w.Close()
-	return <-done
+	modtest.RunExamples(t,
+		modtest.Example{Name: "Example", Run: Example, Want: "A adds 10: 10 <nil>\nB adds 5: 15 <nil>\nA refused: its token 41 is older than the mark 42\ntotal: 15\n"},
+		modtest.Example{Name: "ExampleGuard_Exec", Run: ExampleGuard_Exec, Want: "[2 1 <nil>] <nil>\ntrue\ncommand 1 INCRBY failed; log length: 1\n"},
+		modtest.Example{Name: "ExampleStore", Run: ExampleStore, Want: "<nil>\ntrue true\n7:items <nil>\n"},
+	)
 }

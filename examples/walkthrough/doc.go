@@ -4,6 +4,5 @@
 // integration/check, lease, guard, fence), so `go test` here proves that a
 // user's module can run the walkthrough. Its test file holds the
 // walkthrough, an Example shown in the README's "Testing your own critical
-// section"; it is kept identical to the one in package
-// integration/etcdtest by a test there.
+// section", and a test here checks that the README shows it as it runs.
 package walkthrough

@@ -1,68 +1,20 @@
 package grpcguard_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard/grpcguard"
+	"github.com/fencekit/fencekit/internal/testsupport/tokentest"
 	"google.golang.org/grpc/metadata"
 )
 
-// values returns the first n%3 of a and b: no value, one, or two.
-func values(a, b string, n uint8) []string {
-	return []string{a, b}[:n%3]
-}
-
-// checkTokenFrom checks the answer of TokenFromMetadata for a call that
-// carried vs: missing for none, malformed for several, and for one exactly
-// what fence.Parse says, as a valid token whose text form is the value
-// itself.
-func checkTokenFrom(t *testing.T, vs []string, tok fence.Token, err error) {
-	t.Helper()
-	switch len(vs) {
-	case 0:
-		if !errors.Is(err, fence.ErrMissing) || errors.Is(err, fence.ErrInvalid) {
-			t.Fatalf("no value: %v, want ErrMissing", err)
-		}
-	case 1:
-		want, perr := fence.Parse(vs[0])
-		if perr != nil {
-			if !errors.Is(err, fence.ErrInvalid) || !errors.Is(err, fence.ErrSyntax) || errors.Is(err, fence.ErrMissing) {
-				t.Fatalf("value %q: %v, want ErrMalformed and fence.ErrSyntax", vs[0], err)
-			}
-			break
-		}
-		if err != nil {
-			t.Fatalf("value %q parses as %v, but: %v", vs[0], want, err)
-		}
-		if tok != want || tok.String() != vs[0] {
-			t.Fatalf("value %q: token %#v, want %#v in canonical form", vs[0], tok, want)
-		}
-		if verr := tok.Validate(); verr != nil {
-			t.Fatalf("value %q: accepted an invalid token: %v", vs[0], verr)
-		}
-	default:
-		if !errors.Is(err, fence.ErrInvalid) {
-			t.Fatalf("%d values: %v, want ErrMalformed", len(vs), err)
-		}
-	}
-	if err != nil && !tok.IsZero() {
-		t.Fatalf("error %v with a non-zero token %#v", err, tok)
-	}
-}
-
 func FuzzTokenFromMetadata(f *testing.F) {
-	f.Add("42:orders", "", uint8(1))
-	f.Add("7:a%2Fb", "7:a%2Fb", uint8(2))
-	f.Add("", "", uint8(0))
-	f.Fuzz(func(t *testing.T, a, b string, n uint8) {
-		vs := values(a, b, n)
+	tokentest.Fuzz(f, func(vs []string) (fence.Token, error) {
 		md := metadata.MD{}
 		for _, v := range vs {
 			md.Append("Fencing-Token", v) // keys are case-insensitive
 		}
-		tok, err := grpcguard.TokenFromMetadata(md)
-		checkTokenFrom(t, vs, tok, err)
-	})
+		return grpcguard.TokenFromMetadata(md)
+	}, tokentest.Seed{A: "7:a%2Fb", B: "7:a%2Fb", N: 2})
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/etcdproc"
+
 	"go.uber.org/zap"
 )
 
@@ -13,8 +15,10 @@ var (
 	// describe a cluster. Errors of StartCluster and Start that match it
 	// are *ConfigError values naming the field.
 	ErrInvalidConfig = errors.New("etcdtest: invalid config")
-	// ErrClosed reports a call on a Cluster that was closed.
-	ErrClosed = errors.New("etcdtest: cluster closed")
+	// ErrClosed reports a call on a Cluster that was closed. It is the
+	// error of the cluster type etcdtest shares with fencekit's process
+	// runner (its text names that: "etcdproc: cluster closed").
+	ErrClosed = etcdproc.ErrClosed
 	// ErrNoProxies reports a client asked to go through no proxy.
 	ErrNoProxies = errors.New("etcdtest: no proxies given")
 )
@@ -39,16 +43,16 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 // Limits and defaults of a Config.
 const (
 	// MaxMembers is the largest member count a Config may ask for.
-	MaxMembers = 9
+	MaxMembers = etcdproc.MaxMembers
 	// DefaultTickInterval is the raft heartbeat interval when
 	// Config.TickInterval is 0.
-	DefaultTickInterval = 10 * time.Millisecond
+	DefaultTickInterval = etcdproc.DefaultTickInterval
 	// DefaultElectionTimeout is the raft election timeout when
 	// Config.ElectionTimeout is 0. With it etcd grants leases of 1 second,
 	// its smallest TTL.
-	DefaultElectionTimeout = 100 * time.Millisecond
+	DefaultElectionTimeout = etcdproc.DefaultElectionTimeout
 	// RootUser is the user that Config.RootPassword creates.
-	RootUser = "root"
+	RootUser = etcdproc.RootUser
 )
 
 // Config describes a cluster for StartCluster. The zero value is a valid
@@ -104,15 +108,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Members < 0 || cfg.Members > MaxMembers {
 		return cfg, &ConfigError{Field: "Members", Reason: fmt.Sprintf("%d is not between 1 and %d", cfg.Members, MaxMembers)}
 	}
-	if cfg.Members == 0 {
-		cfg.Members = 1
-	}
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = DefaultTickInterval
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = max(DefaultElectionTimeout, 10*cfg.TickInterval)
-	}
+	cfg.Members = max(cfg.Members, 1)
+	cfg.TickInterval, cfg.ElectionTimeout = etcdproc.Timing(cfg.TickInterval, cfg.ElectionTimeout)
 	for _, f := range []struct {
 		name string
 		d    time.Duration

@@ -51,6 +51,14 @@
 // CI builds 3.5, 3.6 and 3.7 servers this way from its tools/etcdserver
 // module.
 //
+// In-process members and member processes are one Cluster and one Member
+// type, the one fencekit's own tests run etcd processes with: only how a
+// member's server starts, stops and reports its leader differs. Member
+// processes also serve etcd's /metrics and /health on MetricsURL, and
+// Cluster.Metric sums a metric over them; in-process members serve none
+// (etcd registers its metrics process-wide, so they could not tell
+// members apart), and Metric fails for them.
+//
 // Every cluster is independent: parallel tests each start their own. The
 // ports a running cluster uses are never handed to another cluster of the
 // same process; another process could still take a port between the

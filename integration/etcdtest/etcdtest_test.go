@@ -432,3 +432,19 @@ func TestNoProxies(t *testing.T) {
 		t.Errorf("NewClientThrough() = %v, %v; want nil, ErrNoProxies", cli, err)
 	}
 }
+
+// In-process members are no processes and serve no metrics (etcd's are
+// process-wide): Metric fails rather than sum one member's values thrice.
+func TestInProcessHasNoMetrics(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.WithMembers(3), etcdtest.WithoutFsync())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := c.Metric(ctx, "etcd_server_has_leader"); err == nil {
+		t.Errorf("Metric of an in-process cluster = %v, want an error", got)
+	}
+	for _, m := range c.Members() {
+		if m.PID() != 0 {
+			t.Errorf("in-process member %s has PID %d", m.Name(), m.PID())
+		}
+	}
+}

@@ -54,8 +54,9 @@ func (c *Cluster) Client(tb testing.TB, members ...*Member) *clientv3.Client {
 // client's links alone.
 func (c *Cluster) Proxies(tb testing.TB) []*faults.Proxy {
 	tb.Helper()
-	ps := make([]*faults.Proxy, 0, len(c.members))
-	for _, m := range c.members {
+	ms := c.Members()
+	ps := make([]*faults.Proxy, 0, len(ms))
+	for _, m := range ms {
 		p, err := c.NewProxy(m)
 		if err != nil {
 			tb.Fatal(err)

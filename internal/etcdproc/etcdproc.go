@@ -1,8 +1,11 @@
-// Package etcdproc runs etcd clusters for tests as separate processes: each
-// member is an etcd server process (built from tools/etcdserver at a pinned
-// version, or the binary FENCEKIT_ETCD_BIN names) on free 127.0.0.1 ports,
-// with its data in a directory of its own. Members can be stopped
-// gracefully, killed (SIGKILL), paused (SIGSTOP) and resumed (SIGCONT), and
+// Package etcdproc runs etcd clusters for tests: one Cluster and one
+// Member type whose members' servers a Runner starts. By default each
+// member is an etcd server process (built from tools/etcdserver at a
+// pinned version, or the binary FENCEKIT_ETCD_BIN names) on free 127.0.0.1
+// ports, with its data in a directory of its own; integration/etcdtest
+// gives the same Cluster a Runner that starts the servers inside the test
+// process instead. Members can be stopped gracefully, killed (SIGKILL),
+// paused (SIGSTOP) and resumed (SIGCONT) when they are processes, and
 // restarted on the same data. Every process is stopped by its PID when the
 // cluster is closed; on Linux the kernel also kills the members when the
 // test process dies.
@@ -25,20 +28,16 @@ package etcdproc
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Defaults of a Config.
@@ -74,6 +73,10 @@ type Config struct {
 	TickInterval, ElectionTimeout time.Duration
 	// NoFsync turns fsync off (--unsafe-no-fsync).
 	NoFsync bool
+	// UnixSockets serves clients on unix sockets, in a short temporary
+	// directory removed by Close, instead of loopback TCP ports. Peers
+	// always talk over loopback TCP.
+	UnixSockets bool
 	// TLS serves clients and peers over TLS with generated certificates;
 	// clients must present the client certificate ClientConfig carries.
 	TLS bool
@@ -84,22 +87,24 @@ type Config struct {
 	// RootPassword, when not empty, creates RootUser with it and turns
 	// authentication on before StartCluster returns.
 	RootPassword string
-	// Binary is the etcd binary to run; empty means Built(Version).
+	// Runner starts the members' servers; nil means processes of Binary.
+	Runner Runner
+	// Binary is the etcd binary the default Runner runs; empty means
+	// Built(Version).
 	Binary string
 	// Version is the server version to run when Binary is empty: "3.5",
 	// "3.6" or "3.7"; empty means the FENCEKIT_ETCD_VERSION variable's, or
 	// DefaultVersion.
 	Version string
-	// Flags are more etcd flags for every member, such as
+	// Flags are more etcd flags for every member process, such as
 	// "--bcrypt-cost=4".
 	Flags []string
 }
 
-// Cluster is a running cluster of etcd processes. Its methods are safe for
-// concurrent use.
+// Cluster is a running etcd cluster. Its methods are safe for concurrent
+// use.
 type Cluster struct {
 	cfg     Config
-	bin     string
 	token   string
 	certs   *Certs
 	tmpDirs []string
@@ -112,18 +117,22 @@ type Cluster struct {
 
 // StartCluster starts the cluster cfg describes and returns once every
 // member serves and all agree on a leader. ctx bounds the start. It never
-// builds a binary: with Binary empty it runs the one Built finds, and
-// returns Built's *NotBuiltError (matching ErrNotBuilt, naming the build
-// command) at once when there is none. On failure nothing is left running.
+// builds a binary: with Runner and Binary empty it runs the one Built
+// finds, and returns Built's *NotBuiltError (matching ErrNotBuilt, naming
+// the build command) at once when there is none. On failure nothing is
+// left running.
 func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Binary == "" {
-		if cfg.Binary, err = Built(cfg.Version); err != nil {
-			return nil, err
+	if cfg.Runner == nil {
+		if cfg.Binary == "" {
+			if cfg.Binary, err = Built(cfg.Version); err != nil {
+				return nil, err
+			}
 		}
+		cfg.Runner = processRunner{bin: cfg.Binary}
 	}
 	// Ports are found free and released before etcd binds them; another
 	// process may take one in between. Try again on fresh ports then.
@@ -152,61 +161,44 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Members < 0 || cfg.Members > MaxMembers {
 		return cfg, fmt.Errorf("etcdproc: Members %d is not between 1 and %d", cfg.Members, MaxMembers)
 	}
-	if cfg.Members == 0 {
-		cfg.Members = 1
-	}
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = DefaultTickInterval
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = max(DefaultElectionTimeout, 10*cfg.TickInterval)
-	}
+	cfg.Members = max(cfg.Members, 1)
+	cfg.TickInterval, cfg.ElectionTimeout = Timing(cfg.TickInterval, cfg.ElectionTimeout)
 	if cfg.TickInterval < time.Millisecond || cfg.ElectionTimeout < 5*cfg.TickInterval {
 		return cfg, fmt.Errorf("etcdproc: timing %v/%v: tick below 1ms or election below 5 ticks", cfg.TickInterval, cfg.ElectionTimeout)
 	}
 	return cfg, nil
 }
 
+// Timing returns tick and election with their defaults where they are 0:
+// DefaultTickInterval, and DefaultElectionTimeout or 10 ticks, whichever
+// is longer.
+func Timing(tick, election time.Duration) (time.Duration, time.Duration) {
+	if tick == 0 {
+		tick = DefaultTickInterval
+	}
+	if election == 0 {
+		election = max(DefaultElectionTimeout, 10*tick)
+	}
+	return tick, election
+}
+
 var clusterSeq atomic.Int64
 
+// startOnce starts cfg's cluster on ports reserved for this attempt.
 func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
-	c := &Cluster{cfg: cfg, bin: cfg.Binary, token: fmt.Sprintf("etcdproc-%d-%d", os.Getpid(), clusterSeq.Add(1))}
+	c := &Cluster{cfg: cfg, token: fmt.Sprintf("etcdproc-%d-%d", os.Getpid(), clusterSeq.Add(1))}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	if c.cfg.Dir == "" {
-		d, err := os.MkdirTemp("", "etcdproc-")
-		if err != nil {
-			return nil, fmt.Errorf("etcdproc: data dir: %w", err)
-		}
-		c.tmpDirs = append(c.tmpDirs, d)
-		c.cfg.Dir = d
+	if err := c.prepare(); err != nil {
+		return nil, err
 	}
-	if cfg.TLS && cfg.Certs != nil {
-		c.certs = cfg.Certs
-	} else if cfg.TLS {
-		if c.certs, err = GenCerts(filepath.Join(c.cfg.Dir, "tls")); err != nil {
-			return nil, fmt.Errorf("etcdproc: certificates: %w", err)
-		}
-	}
-	if c.ports, err = ReservePorts(3 * cfg.Members); err != nil {
-		return nil, fmt.Errorf("etcdproc: reserve ports: %w", err)
-	}
-	scheme := "http"
-	if cfg.TLS {
-		scheme = "https"
-	}
-	for i := range cfg.Members {
-		m := &Member{name: fmt.Sprintf("m%d", i), cluster: c}
-		m.dataDir = filepath.Join(c.cfg.Dir, m.name)
-		m.logFile = filepath.Join(c.cfg.Dir, m.name+".log")
-		m.clientURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, c.ports[3*i])
-		m.peerURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, c.ports[3*i+1])
-		m.metricsURL = fmt.Sprintf("http://127.0.0.1:%d", c.ports[3*i+2])
-		c.members = append(c.members, m)
-	}
+	// Launch the members one after the other: a new member asks the peers
+	// already serving whether it joined before, and a peer that listens
+	// but does not serve yet would keep it waiting a second. Then wait for
+	// all of them to be ready at once.
 	for _, m := range c.members {
 		m.mu.Lock()
 		err := m.launch("new")
@@ -215,13 +207,122 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.WaitLeader(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.RootPassword != "" {
+		if err := c.enableAuth(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// prepare makes the directories, the certificates and the members, on
+// ports it reserves.
+func (c *Cluster) prepare() error {
+	if c.cfg.Dir == "" {
+		d, err := c.tempDir("etcdproc-")
+		if err != nil {
+			return fmt.Errorf("etcdproc: data dir: %w", err)
+		}
+		c.cfg.Dir = d
+	}
+	var sockDir string
+	if c.cfg.UnixSockets {
+		// Socket paths are limited to about 100 bytes: keep them short.
+		d, err := c.tempDir("etcdsock")
+		if err != nil {
+			return fmt.Errorf("etcdproc: socket dir: %w", err)
+		}
+		sockDir = d
+	}
+	if err := c.makeCerts(); err != nil {
+		return err
+	}
+	perMember := 3 // client, peer, metrics
+	if c.cfg.UnixSockets {
+		perMember = 2
+	}
+	ports, err := ReservePorts(perMember * c.cfg.Members)
+	c.ports = ports
+	if err != nil {
+		return fmt.Errorf("etcdproc: reserve ports: %w", err)
+	}
+	for i := range c.cfg.Members {
+		c.members = append(c.members, c.newMember(i, ports[perMember*i:perMember*(i+1)], sockDir))
+	}
+	return nil
+}
+
+// tempDir makes a temporary directory that Close removes.
+func (c *Cluster) tempDir(pattern string) (string, error) {
+	d, err := os.MkdirTemp("", pattern)
+	if err == nil {
+		c.tmpDirs = append(c.tmpDirs, d)
+	}
+	return d, err
+}
+
+// makeCerts sets the cluster's certificates: Config.Certs, or generated
+// ones with TLS. Over a unix socket, etcd's client expects the socket's
+// file name as the server name: the member certificate names them too.
+func (c *Cluster) makeCerts() error {
+	if !c.cfg.TLS {
+		return nil
+	}
+	if c.cfg.Certs != nil {
+		c.certs = c.cfg.Certs
+		return nil
+	}
+	names := make([]string, c.cfg.Members)
+	for i := range names {
+		names[i] = sockName(i)
+	}
+	certs, err := GenCerts(filepath.Join(c.cfg.Dir, "tls"), names...)
+	if err != nil {
+		return fmt.Errorf("etcdproc: certificates: %w", err)
+	}
+	c.certs = certs
+	return nil
+}
+
+// newMember is member i on ports (peer, metrics and, without unix
+// sockets, client first), its socket in sockDir with unix sockets.
+func (c *Cluster) newMember(i int, ports []int, sockDir string) *Member {
+	scheme, sockScheme := "http", "unix"
+	if c.cfg.TLS {
+		scheme, sockScheme = "https", "unixs"
+	}
+	m := &Member{name: fmt.Sprintf("m%d", i), cluster: c}
+	m.dataDir = filepath.Join(c.cfg.Dir, m.name)
+	m.logFile = filepath.Join(c.cfg.Dir, m.name+".log")
+	if c.cfg.UnixSockets {
+		m.clientURL = sockScheme + "://" + filepath.Join(sockDir, sockName(i))
+	} else {
+		m.clientURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0])
+		ports = ports[1:]
+	}
+	m.peerURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0])
+	m.metricsURL = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	return m
+}
+
+// sockName is the file name of member i's client socket.
+func sockName(i int) string { return fmt.Sprintf("m%d.sock", i) }
+
+// waitReady waits until every launched member is ready. A member that
+// exits (a port taken) leaves the others without a quorum: it stops
+// waiting for them then.
+func (c *Cluster) waitReady(ctx context.Context) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs error
 	)
-	// A member that exits (a port taken) leaves the others without a
-	// quorum: stop waiting for them then.
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, m := range c.members {
@@ -237,18 +338,7 @@ func startOnce(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}()
 	}
 	wg.Wait()
-	if errs != nil {
-		return nil, errs
-	}
-	if err := c.WaitLeader(ctx); err != nil {
-		return nil, err
-	}
-	if cfg.RootPassword != "" {
-		if err := c.enableAuth(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return errs
 }
 
 // enableAuth creates the root user and turns authentication on.
@@ -270,199 +360,4 @@ func (c *Cluster) enableAuth(ctx context.Context) error {
 		return fmt.Errorf("etcdproc: enable auth: %w", err)
 	}
 	return nil
-}
-
-// Binary returns the path of the etcd binary the members run.
-func (c *Cluster) Binary() string { return c.bin }
-
-// Dir returns the directory of the members' data and logs.
-func (c *Cluster) Dir() string { return c.cfg.Dir }
-
-// Members returns the members, in the order of their names.
-func (c *Cluster) Members() []*Member { return append([]*Member(nil), c.members...) }
-
-// Endpoints returns every member's client URL.
-func (c *Cluster) Endpoints() []string {
-	eps := make([]string, len(c.members))
-	for i, m := range c.members {
-		eps[i] = m.clientURL
-	}
-	return eps
-}
-
-// Leader returns the member that is the raft leader, or nil when none is.
-func (c *Cluster) Leader() *Member {
-	for _, m := range c.members {
-		if m.IsLeader() {
-			return m
-		}
-	}
-	return nil
-}
-
-// WaitLeader waits until exactly one running, unpaused member leads and
-// every other one has a leader; ctx bounds the wait.
-func (c *Cluster) WaitLeader(ctx context.Context) error {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if c.agreedLeader(ctx) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("etcdproc: no leader: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-func (c *Cluster) agreedLeader(ctx context.Context) bool {
-	leaders := 0
-	for _, m := range c.members {
-		if !m.Running() || m.Paused() {
-			continue
-		}
-		ms, err := m.metrics(ctx, "etcd_server_has_leader", "etcd_server_is_leader")
-		if err != nil || ms["etcd_server_has_leader"] != 1 {
-			return false
-		}
-		if ms["etcd_server_is_leader"] == 1 {
-			leaders++
-		}
-	}
-	return leaders == 1
-}
-
-// Metric returns the sum of the metric name (a counter's or a gauge's
-// value without labels, or the sum over its series) over the running,
-// unpaused members, read from their metrics URLs.
-func (c *Cluster) Metric(ctx context.Context, name string) (float64, error) {
-	var sum float64
-	for _, m := range c.members {
-		if !m.Running() || m.Paused() {
-			continue
-		}
-		ms, err := m.metrics(ctx, name)
-		if err != nil {
-			return 0, err
-		}
-		sum += ms[name]
-	}
-	return sum, nil
-}
-
-// TLS returns a new copy of the client TLS configuration, or nil without
-// TLS.
-func (c *Cluster) TLS() *tls.Config {
-	if c.certs == nil || c.certs.Client == nil {
-		return nil
-	}
-	return c.certs.Client.Clone()
-}
-
-// CAFile returns the path of the cluster's CA certificate, or "" without
-// TLS.
-func (c *Cluster) CAFile() string {
-	if c.certs == nil {
-		return ""
-	}
-	return c.certs.CAFile
-}
-
-// ClientConfig returns a client configuration for every member, with the
-// cluster's TLS and credentials, a 5 s dial timeout and no logs.
-func (c *Cluster) ClientConfig() clientv3.Config {
-	cfg := clientv3.Config{
-		Endpoints:   c.Endpoints(),
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		TLS:         c.TLS(),
-	}
-	if c.cfg.RootPassword != "" {
-		cfg.Username, cfg.Password = RootUser, c.cfg.RootPassword
-	}
-	return cfg
-}
-
-// NewClient returns a new client of members (all when none are given).
-// The caller closes it.
-func (c *Cluster) NewClient(members ...*Member) (*clientv3.Client, error) {
-	if c.closed.Load() {
-		return nil, ErrClosed
-	}
-	cfg := c.ClientConfig()
-	if len(members) > 0 {
-		cfg.Endpoints = cfg.Endpoints[:0]
-		for _, m := range members {
-			cfg.Endpoints = append(cfg.Endpoints, m.clientURL)
-		}
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcdproc: client: %w", err)
-	}
-	return cli, nil
-}
-
-// Close stops every member, followers first (SIGTERM, then SIGKILL after
-// 10 s), and removes the temporary directories it made. Closing a closed
-// cluster does nothing.
-func (c *Cluster) Close() error {
-	c.closeOnce.Do(func() {
-		c.closed.Store(true)
-		var leader *Member
-		var wg sync.WaitGroup
-		for _, m := range c.members {
-			if leader == nil && m.IsLeader() {
-				leader = m
-				continue
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); m.Stop() }()
-		}
-		wg.Wait()
-		if leader != nil {
-			leader.Stop()
-		}
-		for _, d := range c.tmpDirs {
-			_ = os.RemoveAll(d)
-		}
-		ReleasePorts(c.ports)
-	})
-	return nil
-}
-
-// args are the command line of m's etcd, joining as state ("new" or
-// "existing").
-func (m *Member) args(state string) []string {
-	c := m.cluster
-	var initial []string
-	for _, o := range c.members {
-		initial = append(initial, o.name+"="+o.peerURL)
-	}
-	args := []string{
-		"--name=" + m.name,
-		"--data-dir=" + m.dataDir,
-		"--listen-client-urls=" + m.clientURL,
-		"--advertise-client-urls=" + m.clientURL,
-		"--listen-peer-urls=" + m.peerURL,
-		"--initial-advertise-peer-urls=" + m.peerURL,
-		"--listen-metrics-urls=" + m.metricsURL,
-		"--initial-cluster=" + strings.Join(initial, ","),
-		"--initial-cluster-token=" + c.token,
-		"--initial-cluster-state=" + state,
-		"--heartbeat-interval=" + strconv.Itoa(int(c.cfg.TickInterval/time.Millisecond)),
-		"--election-timeout=" + strconv.Itoa(int(c.cfg.ElectionTimeout/time.Millisecond)),
-		"--log-level=warn",
-	}
-	if c.cfg.NoFsync {
-		args = append(args, "--unsafe-no-fsync")
-	}
-	if cs := c.certs; cs != nil {
-		args = append(args,
-			"--cert-file="+cs.CertFile, "--key-file="+cs.KeyFile, "--trusted-ca-file="+cs.CAFile, "--client-cert-auth",
-			"--peer-cert-file="+cs.CertFile, "--peer-key-file="+cs.KeyFile, "--peer-trusted-ca-file="+cs.CAFile, "--peer-client-cert-auth")
-	}
-	return append(args, c.cfg.Flags...)
 }

@@ -1,28 +1,90 @@
 package etcdproc
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// StopTimeout bounds how long Stop waits for a member to exit after
-// SIGTERM before it kills it.
+// StopTimeout bounds how long Stop waits for a member process to exit
+// after SIGTERM before it kills it.
 const StopTimeout = 10 * time.Second
 
-// Member is one etcd process of a Cluster (or the place of one, while it is
-// stopped). Its methods are safe for concurrent use.
+// A Runner starts the members' etcd servers: processes by default, or
+// servers inside the test process (integration/etcdtest has that one).
+type Runner interface {
+	// Launch starts the server s describes and returns without waiting
+	// for it to be ready.
+	Launch(s Spec) (Server, error)
+}
+
+// Spec is what a Runner needs to start one member's server.
+type Spec struct {
+	// Name is the member's name: m0, m1, ...
+	Name string
+	// ClientURL and PeerURL are the URLs it listens on; a process also
+	// serves /metrics and /health on MetricsURL, over plain HTTP.
+	ClientURL, PeerURL, MetricsURL string
+	// DataDir is its data directory (it exists); LogFile is where a
+	// process writes its output.
+	DataDir, LogFile string
+	// InitialCluster lists every member as name=peerURL, comma-separated.
+	InitialCluster string
+	// Token is the initial cluster token; State is "new" at the
+	// cluster's start and "existing" on a restart.
+	Token, State string
+	// TickInterval and ElectionTimeout are raft's timing.
+	TickInterval, ElectionTimeout time.Duration
+	// NoFsync turns fsync off.
+	NoFsync bool
+	// Certs, when not nil, are the member certificates for clients and
+	// peers, both of which must present a certificate the CA signed.
+	Certs *Certs
+	// Flags are more flags for a process.
+	Flags []string
+}
+
+// A Server is one run of a member's etcd server, from Launch until it
+// exits.
+type Server interface {
+	// Ready waits until the server serves. When it fails because the
+	// server ended, Exited reports true afterwards.
+	Ready(ctx context.Context) error
+	// Exited reports whether the server has ended.
+	Exited() bool
+	// Stop stops the server gracefully (a leader hands its leadership
+	// over first) and returns once it has ended.
+	Stop()
+	// Kill stops the server abruptly (a crash) and returns once it has
+	// ended.
+	Kill()
+	// Pause freezes the server (pause true) or continues it.
+	Pause(pause bool) error
+	// Status reports the raft leadership the server sees.
+	Status(ctx context.Context) (Status, error)
+	// PID returns the server's process id, or 0 when it is no process.
+	PID() int
+}
+
+// Status is the raft leadership one member sees.
+type Status struct {
+	// HasLeader reports whether the member knows a leader.
+	HasLeader bool
+	// IsLeader reports whether the member is the leader.
+	IsLeader bool
+	// LeaderID is the leader's member id, or 0 when the server does not
+	// say.
+	LeaderID uint64
+}
+
+// Member is one member of a Cluster: its server while it runs, and its
+// name, addresses and data, which stay the same across restarts. Its
+// methods are safe for concurrent use.
 type Member struct {
 	name       string
 	clientURL  string
@@ -32,59 +94,47 @@ type Member struct {
 	logFile    string
 	cluster    *Cluster
 
-	mu     sync.Mutex // guards proc and paused; held across start and stop
-	proc   *process   // nil while stopped
+	mu     sync.Mutex // guards srv and paused; held across launch and stop
+	srv    Server     // nil while stopped
 	paused bool
-}
-
-// process is a started etcd process.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed once it exited
-	err  error         // Wait's, set before done is closed
 }
 
 // Name returns the member's name: m0, m1, ...
 func (m *Member) Name() string { return m.name }
 
-// ClientURL returns the URL the member serves clients on; it stays the
-// same across restarts.
+// ClientURL returns the URL the member serves clients on:
+// http://127.0.0.1:port, https://... with TLS, or unix:///path (unixs://
+// with TLS) with unix sockets. It stays the same across Restart.
 func (m *Member) ClientURL() string { return m.clientURL }
 
 // PeerURL returns the URL the member talks to its peers on.
 func (m *Member) PeerURL() string { return m.peerURL }
 
-// MetricsURL returns the base URL of the member's /metrics and /health,
-// plain HTTP even with TLS.
+// MetricsURL returns the base URL of a member process's /metrics and
+// /health, plain HTTP even with TLS (a Runner's servers may serve none:
+// integration/etcdtest's in-process ones do not).
 func (m *Member) MetricsURL() string { return m.metricsURL }
 
-// LogFile returns the file the member's output goes to.
+// LogFile returns the file a member process's output goes to.
 func (m *Member) LogFile() string { return m.logFile }
 
-// PID returns the member's process id, or 0 while it is stopped.
+// PID returns the member's process id, or 0 while it is stopped or when
+// it is no process.
 func (m *Member) PID() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.proc == nil {
+	if m.srv == nil {
 		return 0
 	}
-	return m.proc.cmd.Process.Pid
+	return m.srv.PID()
 }
 
-// Running reports whether the member's process is started (paused or
-// not) and has not exited.
+// Running reports whether the member is started (paused or not) and has
+// not exited.
 func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.proc == nil {
-		return false
-	}
-	select {
-	case <-m.proc.done:
-		return false
-	default:
-		return true
-	}
+	return m.srv != nil && !m.srv.Exited()
 }
 
 // Paused reports whether the member is paused (see Pause).
@@ -94,77 +144,82 @@ func (m *Member) Paused() bool {
 	return m.paused
 }
 
-// IsLeader reports whether the member runs, is not paused, and reports
-// itself the raft leader.
+// serving returns m's server when it runs and is not paused, or nil.
+func (m *Member) serving() Server {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.srv == nil || m.paused || m.srv.Exited() {
+		return nil
+	}
+	return m.srv
+}
+
+// IsLeader reports whether the member runs, is not paused, and is the raft
+// leader.
 func (m *Member) IsLeader() bool {
-	if !m.Running() || m.Paused() {
+	srv := m.serving()
+	if srv == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	ms, err := m.metrics(ctx, "etcd_server_is_leader")
-	return err == nil && ms["etcd_server_is_leader"] == 1
+	st, err := srv.Status(ctx)
+	return err == nil && st.IsLeader
 }
 
-// Stop stops the member gracefully (SIGCONT when paused, then SIGTERM: a
-// leader hands its leadership over first), killing it after StopTimeout.
+// Stop stops the member gracefully (a paused one is continued first; a
+// leader hands its leadership to a follower when it can, as etcd does on
+// shutdown); a process that does not exit within StopTimeout is killed.
 // Its data stays for Restart. Stopping a stopped member does nothing.
+// Clients connected to it fail over to the others.
 func (m *Member) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := m.proc
-	if p == nil {
+	srv := m.srv
+	if srv == nil {
 		return
 	}
-	m.proc = nil
+	m.srv = nil
 	if m.paused {
-		_ = p.cmd.Process.Signal(sigCont)
+		_ = srv.Pause(false)
 		m.paused = false
 	}
-	_ = p.cmd.Process.Signal(sigTerm)
-	select {
-	case <-p.done:
-	case <-time.After(StopTimeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	srv.Stop()
 }
 
-// Kill kills the member's process (SIGKILL) and waits until it is gone:
-// a crash. Its data stays for Restart. Killing a stopped member does
-// nothing.
+// Kill stops the member abruptly and waits until it is gone: a process
+// gets SIGKILL (a crash: no leadership hand-over, nothing flushed beyond
+// what etcd wrote); a server inside the test process stops as Stop does.
+// Its data stays for Restart. Killing a stopped member does nothing.
 func (m *Member) Kill() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := m.proc
-	if p == nil {
+	srv := m.srv
+	if srv == nil {
 		return
 	}
-	m.proc, m.paused = nil, false
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	m.srv, m.paused = nil, false
+	srv.Kill()
 }
 
-// Pause stops the member's process with SIGSTOP: it keeps its sockets
+// Pause freezes a member process with SIGSTOP: it keeps its sockets
 // (connections are accepted by the kernel) but answers nothing, like a
-// frozen machine. It returns an error when the member is not running.
-func (m *Member) Pause() error { return m.signalPause(true) }
+// frozen machine. It fails when the member is not running, and with the
+// Runner's error when its servers cannot pause (integration/etcdtest's
+// ErrEmbedded).
+func (m *Member) Pause() error { return m.pause(true) }
 
 // Resume continues a paused member (SIGCONT).
-func (m *Member) Resume() error { return m.signalPause(false) }
+func (m *Member) Resume() error { return m.pause(false) }
 
-func (m *Member) signalPause(pause bool) error {
+func (m *Member) pause(pause bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.proc == nil {
+	if m.srv == nil {
 		return fmt.Errorf("etcdproc: %s is not running", m.name)
 	}
-	sig := sigCont
-	if pause {
-		sig = sigStop
-	}
-	if err := m.proc.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("etcdproc: signal %s: %w", m.name, err)
+	if err := m.srv.Pause(pause); err != nil {
+		return err
 	}
 	m.paused = pause
 	return nil
@@ -193,7 +248,7 @@ func (m *Member) Restart(ctx context.Context) error {
 
 func (m *Member) restartOnce(ctx context.Context) error {
 	m.mu.Lock()
-	if m.proc != nil {
+	if m.srv != nil {
 		m.mu.Unlock()
 		return nil
 	}
@@ -204,12 +259,8 @@ func (m *Member) restartOnce(ctx context.Context) error {
 	}
 	if err := m.waitReady(ctx); err != nil {
 		m.mu.Lock()
-		if p := m.proc; p != nil {
-			select {
-			case <-p.done:
-				m.proc, m.paused = nil, false // exited: may start again
-			default:
-			}
+		if m.srv != nil && m.srv.Exited() {
+			m.srv, m.paused = nil, false // ended: may start again
 		}
 		m.mu.Unlock()
 		return err
@@ -217,213 +268,44 @@ func (m *Member) restartOnce(ctx context.Context) error {
 	return nil
 }
 
-// launch starts m's process. m.mu is held.
+// launch starts m's server, joining as state ("new" or "existing"). m.mu
+// is held.
 func (m *Member) launch(state string) error {
-	if m.cluster.closed.Load() {
+	c := m.cluster
+	if c.closed.Load() {
 		return ErrClosed
 	}
 	if err := os.MkdirAll(m.dataDir, 0o700); err != nil {
 		return fmt.Errorf("etcdproc: %s: %w", m.name, err)
 	}
-	log, err := os.OpenFile(m.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	initial := make([]string, len(c.members))
+	for i, o := range c.members {
+		initial[i] = o.name + "=" + o.peerURL
+	}
+	srv, err := c.cfg.Runner.Launch(Spec{
+		Name: m.name, ClientURL: m.clientURL, PeerURL: m.peerURL, MetricsURL: m.metricsURL,
+		DataDir: m.dataDir, LogFile: m.logFile,
+		InitialCluster: strings.Join(initial, ","), Token: c.token, State: state,
+		TickInterval: c.cfg.TickInterval, ElectionTimeout: c.cfg.ElectionTimeout,
+		NoFsync: c.cfg.NoFsync, Certs: c.certs, Flags: c.cfg.Flags,
+	})
 	if err != nil {
-		return fmt.Errorf("etcdproc: %s: %w", m.name, err)
+		return fmt.Errorf("etcdproc: %w", err)
 	}
-	p := &process{done: make(chan struct{})}
-	started := make(chan error, 1)
-	args := m.args(state)
-	go func() {
-		// The thread that starts the process lives as long as it: on
-		// Linux the kernel kills the process when that thread exits.
-		lockThread()
-		defer log.Close()
-		cmd := exec.Command(m.cluster.bin, args...)
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.Env = environ()
-		cmd.SysProcAttr = sysProcAttr()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		p.cmd = cmd
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return fmt.Errorf("etcdproc: start %s: %w", m.name, err)
-	}
-	m.proc = p
+	m.srv = srv
 	return nil
 }
 
-// environ is this process's environment without etcd's ETCD_ variables,
-// which would override or conflict with the flags.
-func environ() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// waitReady waits until m's /health reports healthy, or its process exits,
-// or ctx ends.
+// waitReady waits until m's server is ready.
 func (m *Member) waitReady(ctx context.Context) error {
 	m.mu.Lock()
-	p := m.proc
+	srv := m.srv
 	m.mu.Unlock()
-	if p == nil {
+	if srv == nil {
 		return fmt.Errorf("etcdproc: %s stopped while starting", m.name)
 	}
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if m.healthy(ctx) {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return m.exitError(p)
-		case <-ctx.Done():
-			return fmt.Errorf("etcdproc: %s not ready: %w (log: %s)", m.name, ctx.Err(), m.logTail())
-		case <-t.C:
-		}
+	if err := srv.Ready(ctx); err != nil {
+		return fmt.Errorf("etcdproc: %w", err)
 	}
-}
-
-// exitError describes the early exit of p, m's process; it matches
-// syscall.EADDRINUSE when a port was taken.
-func (m *Member) exitError(p *process) error {
-	tail := m.logTail()
-	err := fmt.Errorf("etcdproc: %s exited while starting: %v: %s", m.name, p.err, tail)
-	if strings.Contains(tail, "address already in use") {
-		return fmt.Errorf("%w: %w", err, syscall.EADDRINUSE)
-	}
-	return err
-}
-
-// logTail returns the end of m's log file, without the lines of its
-// /health checks (a start that waits for a leader writes two every 10 ms,
-// which would hide why there is none).
-func (m *Member) logTail() string {
-	b, err := os.ReadFile(m.logFile)
-	if err != nil {
-		return err.Error()
-	}
-	var keep []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.Contains(line, "/health") {
-			keep = append(keep, line)
-		}
-	}
-	tail := strings.Join(keep, "\n")
-	if len(tail) > 3000 {
-		tail = tail[len(tail)-3000:]
-	}
-	return tail
-}
-
-// httpClient reads metrics and health; a paused member must not block it,
-// and no idle connection outlives a request (tests check for leaks).
-var httpClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-func (m *Member) healthy(ctx context.Context) bool {
-	body, err := m.get(ctx, "/health")
-	return err == nil && strings.Contains(body, `"health":"true"`)
-}
-
-func (m *Member) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.metricsURL+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
-// metrics reads the named metrics from m's /metrics: each one's value
-// summed over its series.
-func (m *Member) metrics(ctx context.Context, names ...string) (map[string]float64, error) {
-	body, err := m.get(ctx, "/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("etcdproc: metrics of %s: %w", m.name, err)
-	}
-	out := make(map[string]float64, len(names))
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, name := range names {
-			rest, ok := strings.CutPrefix(line, name)
-			if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-				continue
-			}
-			fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
-			if len(fields) == 0 {
-				continue
-			}
-			if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
-				out[name] += v
-			}
-		}
-	}
-	return out, sc.Err()
-}
-
-// reserved holds the ports handed to clusters of this process that are
-// still open.
-var reserved = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// ReservePorts returns n free loopback TCP ports, none handed to a
-// cluster of this process that is still open (integration/etcdtest's
-// in-process clusters reserve from the same set). They are released before
-// etcd binds them; StartCluster tries again when another process takes
-// one in between.
-func ReservePorts(n int) ([]int, error) {
-	reserved.Lock()
-	defer reserved.Unlock()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, p := range ports {
-				delete(reserved.ports, p)
-			}
-			return nil, err
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		if reserved.ports[p] {
-			continue
-		}
-		reserved.ports[p] = true
-		ports = append(ports, p)
-	}
-	return ports, nil
-}
-
-// ReleasePorts makes ports available to ReservePorts again.
-func ReleasePorts(ports []int) {
-	reserved.Lock()
-	defer reserved.Unlock()
-	for _, p := range ports {
-		delete(reserved.ports, p)
-	}
+	return nil
 }

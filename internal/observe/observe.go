@@ -55,6 +55,9 @@ type Decision struct {
 	Mark fence.Token
 	// Err is the refusal or failure; nil when accepted.
 	Err error
+	// Attrs are the package's own log fields for this decision (objguard's
+	// "attempts"), after "mark" and before "error".
+	Attrs []slog.Attr
 }
 
 // Condition is one of a package's own conditions: an error, not a
@@ -105,6 +108,10 @@ type Spec struct {
 	Conditions []Condition
 	// Reports override the default Report of outcomes (see Observer).
 	Reports map[fence.Outcome]Report
+	// NoFenceLock leaves out the "fence_lock" field and span attribute
+	// (objguard reports a wrong lock's refusal under the resource's lock
+	// alone).
+	NoFenceLock bool
 }
 
 // Options are what a package's WithLogger, WithMetrics and
@@ -334,13 +341,14 @@ func (o *Observer) record(ctx context.Context, word string, rep Report, d Decisi
 	attrs = append(attrs, logattr.Outcome(word), slog.String("resource", d.Resource), logattr.Lock(d.Lock))
 	if !d.Token.IsZero() {
 		attrs = append(attrs, logattr.Fence(d.Token.Revision))
-		if d.Token.Lock != d.Lock {
+		if d.Token.Lock != d.Lock && !o.spec.NoFenceLock {
 			attrs = append(attrs, slog.String("fence_lock", logattr.Hash(d.Token.Lock)))
 		}
 	}
 	if !d.Mark.IsZero() {
 		attrs = append(attrs, slog.Int64("mark", d.Mark.Revision))
 	}
+	attrs = append(attrs, d.Attrs...)
 	if rep.Error && d.Err != nil {
 		attrs = append(attrs, slog.String("error", redact(d)))
 	}
@@ -353,7 +361,7 @@ func (o *Observer) end(span trace.Span, word string, rep Report, d Decision) {
 	attrs = append(attrs, AttrOutcome.String(word))
 	if !d.Token.IsZero() {
 		attrs = append(attrs, AttrFence.Int64(d.Token.Revision))
-		if d.Token.Lock != d.Lock {
+		if d.Token.Lock != d.Lock && !o.spec.NoFenceLock {
 			attrs = append(attrs, AttrFenceLock.String(logattr.Hash(d.Token.Lock)))
 		}
 	}

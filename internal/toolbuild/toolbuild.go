@@ -4,16 +4,21 @@
 // k8s/kubetest: the cache's place, the file lock that makes concurrent
 // builders wait for one build, the go build that writes through a
 // temporary file renamed into place, and the reading of a tool module's
-// pinned release.
+// pinned release; and the main of the commands that build them before
+// the tests (Main, Ensure).
 package toolbuild
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // CacheDir returns (making it) the directory under the user cache
@@ -67,4 +72,62 @@ func Pinned(mod []byte, module string) string {
 		}
 	}
 	return ""
+}
+
+// Tool is a server that a build command builds before the tests.
+type Tool struct {
+	// What names the tool and its release in messages, such as "etcd
+	// 3.7.3 server"; it is called only when a build is needed.
+	What func() (string, error)
+	// Built returns the path of the binary when it is built, or an error
+	// that matches NotBuilt when it is not.
+	Built    func() (string, error)
+	NotBuilt error
+	// Build builds the binary and returns its path; Timeout bounds it.
+	Build   func(ctx context.Context) (string, error)
+	Timeout time.Duration
+}
+
+// Ensure builds t unless it is built. A build prints "building <what>,
+// first run only…" to w first and "built <what> in <duration>: <path>"
+// after; a binary already built prints nothing.
+func Ensure(ctx context.Context, w io.Writer, t Tool) error {
+	if _, err := t.Built(); err == nil {
+		return nil
+	} else if !errors.Is(err, t.NotBuilt) {
+		return err
+	}
+	what, err := t.What()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "building %s, first run only…\n", what)
+	start := time.Now()
+	bctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	defer cancel()
+	bin, err := t.Build(bctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "built %s in %s: %s\n", what, time.Since(start).Round(time.Second), bin)
+	return nil
+}
+
+// Main is a build command's main: it runs run with a context that an
+// interrupt cancels (and that ends after timeout, when it is not 0),
+// progress going to stderr, and exits 1 after printing the error, after
+// prefix when it is not empty, when run fails.
+func Main(prefix string, timeout time.Duration, run func(ctx context.Context, w io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	cancel := context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	err := run(ctx, os.Stderr)
+	cancel()
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, prefix+err.Error())
+		os.Exit(1)
+	}
 }

@@ -5,19 +5,15 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/fencekit/fencekit/internal/pki"
 )
 
-// pki is what generatePKI wrote: the paths of the files the API server
+// certs is what generatePKI wrote: the paths of the files the API server
 // reads and the CA certificate clients trust.
-type pki struct {
+type certs struct {
 	caFile, certFile, keyFile string // serving certificate and its CA
 	saPublic, saPrivate       string // service-account token keys
 	caPEM                     []byte
@@ -27,69 +23,43 @@ type pki struct {
 // 127.0.0.1 and localhost signed by it, and the key pair that signs
 // service-account tokens. Keys are ECDSA P-256; the certificates are
 // valid for a day.
-func generatePKI(dir string) (pki, error) {
-	p := pki{
+func generatePKI(dir string) (certs, error) {
+	p := certs{
 		caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "apiserver.crt"),
 		keyFile: filepath.Join(dir, "apiserver.key"), saPublic: filepath.Join(dir, "sa.pub"),
 		saPrivate: filepath.Join(dir, "sa.key"),
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("fencekit-kubetest-ca")
 	if err != nil {
-		return pki{}, err
+		return certs{}, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fencekit-kubetest-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	srv, err := ca.Issue("kube-apiserver", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc"})
 	if err != nil {
-		return pki{}, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return pki{}, err
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return pki{}, err
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		return pki{}, err
+		return certs{}, err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return pki{}, err
+		return certs{}, err
 	}
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.caPEM = pki.EncodePEM("CERTIFICATE", ca.DER)
 	files := []struct {
 		path, typ string
 		der       func() ([]byte, error)
 	}{
-		{p.caFile, "CERTIFICATE", func() ([]byte, error) { return caDER, nil }},
-		{p.certFile, "CERTIFICATE", func() ([]byte, error) { return srvDER, nil }},
-		{p.keyFile, "PRIVATE KEY", func() ([]byte, error) { return x509.MarshalPKCS8PrivateKey(srvKey) }},
+		{p.caFile, "CERTIFICATE", func() ([]byte, error) { return ca.DER, nil }},
+		{p.certFile, "CERTIFICATE", func() ([]byte, error) { return srv.DER, nil }},
+		{p.keyFile, "PRIVATE KEY", func() ([]byte, error) { return x509.MarshalPKCS8PrivateKey(srv.Key) }},
 		{p.saPrivate, "PRIVATE KEY", func() ([]byte, error) { return x509.MarshalPKCS8PrivateKey(saKey) }},
 		{p.saPublic, "PUBLIC KEY", func() ([]byte, error) { return x509.MarshalPKIXPublicKey(&saKey.PublicKey) }},
 	}
 	for _, f := range files {
 		der, err := f.der()
 		if err != nil {
-			return pki{}, err
+			return certs{}, err
 		}
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: der}), 0o600); err != nil {
-			return pki{}, fmt.Errorf("kubetest: %w", err)
+		if err := pki.WritePEM(f.path, f.typ, der); err != nil {
+			return certs{}, fmt.Errorf("kubetest: %w", err)
 		}
 	}
 	return p, nil

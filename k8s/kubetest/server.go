@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/etcdproc"
+	"github.com/fencekit/fencekit/internal/proc"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,17 +80,10 @@ type Server struct {
 	caPEM   []byte
 	tokens  map[string]string
 	logFile string
-	proc    *process
+	proc    *proc.Process
 
 	closeOnce sync.Once
 	closeErr  error
-}
-
-// process is one run of kube-apiserver.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when it has exited; err is set then
-	err  error
 }
 
 // StartServer starts etcd and kube-apiserver as cfg describes and returns
@@ -231,32 +224,9 @@ func freePort() (int, error) {
 
 // start starts kube-apiserver with args, its output going to s.logFile.
 func (s *Server) start(bin string, args []string) error {
-	log, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := proc.Start(proc.Spec{Name: "kube-apiserver", Binary: bin, Args: args, LogFile: s.logFile})
 	if err != nil {
 		return fmt.Errorf("kubetest: %w", err)
-	}
-	p := &process{done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// The thread that starts the process lives as long as it: on
-		// Linux the kernel kills the process when that thread exits.
-		lockThread()
-		defer log.Close()
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = sysProcAttr()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(p.done)
-			return
-		}
-		p.cmd = cmd
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return fmt.Errorf("kubetest: start kube-apiserver: %w", err)
 	}
 	s.proc = p
 	return nil
@@ -277,15 +247,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-s.proc.done:
-			tail := s.logTail()
-			err := fmt.Errorf("kubetest: kube-apiserver exited while starting: %v: %s", s.proc.err, tail)
-			if strings.Contains(tail, "address already in use") {
-				err = fmt.Errorf("%w: %w", err, syscall.EADDRINUSE)
-			}
-			return err
+		case <-s.proc.Done():
+			return fmt.Errorf("kubetest: %w", s.proc.ExitError(nil))
 		case <-ctx.Done():
-			return fmt.Errorf("kubetest: kube-apiserver not ready: %w (log: %s)", ctx.Err(), s.logTail())
+			return fmt.Errorf("kubetest: %w", s.proc.NotReady(ctx.Err(), nil))
 		case <-t.C:
 		}
 	}
@@ -321,18 +286,6 @@ func (s *Server) httpClient() (*http.Client, error) {
 	}}, nil
 }
 
-// logTail returns the end of kube-apiserver's log.
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(s.logFile)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
-
 // URL returns the API server's base URL (https://127.0.0.1:port).
 func (s *Server) URL() string { return s.url }
 
@@ -348,7 +301,7 @@ func (s *Server) LogFile() string { return s.logFile }
 func (s *Server) EtcdEndpoints() []string { return s.etcd.Endpoints() }
 
 // PID returns kube-apiserver's process id.
-func (s *Server) PID() int { return s.proc.cmd.Process.Pid }
+func (s *Server) PID() int { return s.proc.PID() }
 
 // AdminConfig returns a new client configuration for AdminUser.
 func (s *Server) AdminConfig() *rest.Config {
@@ -411,14 +364,8 @@ func (s *Server) ServiceAccountConfig(ctx context.Context, namespace, name strin
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		if p := s.proc; p != nil && p.cmd != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(StopTimeout):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
+		if s.proc != nil {
+			s.proc.Stop(StopTimeout)
 		}
 		if s.etcd != nil {
 			errs = append(errs, s.etcd.Close())

@@ -13,22 +13,23 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"io"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/toolbuild"
 	"github.com/fencekit/fencekit/k8s/kubetest"
 )
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
-	defer cancel()
-	start := time.Now()
-	dir, err := kubetest.Assets(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kubetest-assets:", err)
-		os.Exit(1)
-	}
-	fmt.Fprintf(os.Stderr, "kubetest-assets: kube-apiserver %s and etcd %s ready in %s\n",
-		kubetest.Version, kubetest.EtcdVersion, time.Since(start).Round(time.Second))
-	fmt.Println(dir)
+	toolbuild.Main("kubetest-assets: ", 45*time.Minute, func(ctx context.Context, w io.Writer) error {
+		start := time.Now()
+		dir, err := kubetest.Assets(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "kubetest-assets: kube-apiserver %s and etcd %s ready in %s\n",
+			kubetest.Version, kubetest.EtcdVersion, time.Since(start).Round(time.Second))
+		fmt.Println(dir)
+		return nil
+	})
 }

@@ -14,24 +14,15 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"time"
 
 	"github.com/fencekit/fencekit/internal/etcdproc"
+	"github.com/fencekit/fencekit/internal/toolbuild"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		stop()
-		os.Exit(1)
-	}
+	toolbuild.Main("", 0, func(ctx context.Context, w io.Writer) error { return run(ctx, os.Args[1:], w) })
 }
 
 // run builds each version in versions (etcdproc.Version() when none) that
@@ -41,24 +32,19 @@ func run(ctx context.Context, versions []string, w io.Writer) error {
 		versions = []string{etcdproc.Version()}
 	}
 	for _, v := range versions {
-		if _, err := etcdproc.Built(v); err == nil {
-			continue
-		} else if !errors.Is(err, etcdproc.ErrNotBuilt) {
-			return err
-		}
-		release, err := etcdproc.Release(v)
+		err := toolbuild.Ensure(ctx, w, toolbuild.Tool{
+			What: func() (string, error) {
+				release, err := etcdproc.Release(v)
+				return "etcd " + release + " server", err
+			},
+			Built:    func() (string, error) { return etcdproc.Built(v) },
+			NotBuilt: etcdproc.ErrNotBuilt,
+			Build:    func(ctx context.Context) (string, error) { return etcdproc.Binary(ctx, v) },
+			Timeout:  etcdproc.BuildTimeout,
+		})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "building etcd %s server, first run only…\n", release)
-		start := time.Now()
-		bctx, cancel := context.WithTimeout(ctx, etcdproc.BuildTimeout)
-		bin, err := etcdproc.Binary(bctx, v)
-		cancel()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "built etcd %s server in %s: %s\n", release, time.Since(start).Round(time.Second), bin)
 	}
 	return nil
 }

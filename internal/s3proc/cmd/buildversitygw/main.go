@@ -12,45 +12,23 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"time"
 
 	"github.com/fencekit/fencekit/internal/s3proc"
+	"github.com/fencekit/fencekit/internal/toolbuild"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		stop()
-		os.Exit(1)
-	}
-}
-
-// run builds the binary unless it is built, reporting progress to w.
-func run(ctx context.Context, w io.Writer) error {
-	if _, err := s3proc.Built(); err == nil {
-		return nil
-	} else if !errors.Is(err, s3proc.ErrNotBuilt) {
-		return err
-	}
-	release, err := s3proc.Release()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "building versitygw %s, first run only…\n", release)
-	start := time.Now()
-	bctx, cancel := context.WithTimeout(ctx, s3proc.BuildTimeout)
-	defer cancel()
-	bin, err := s3proc.Binary(bctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "built versitygw %s in %s: %s\n", release, time.Since(start).Round(time.Second), bin)
-	return nil
+	toolbuild.Main("", 0, func(ctx context.Context, w io.Writer) error {
+		return toolbuild.Ensure(ctx, w, toolbuild.Tool{
+			What: func() (string, error) {
+				release, err := s3proc.Release()
+				return "versitygw " + release, err
+			},
+			Built:    s3proc.Built,
+			NotBuilt: s3proc.ErrNotBuilt,
+			Build:    s3proc.Binary,
+			Timeout:  s3proc.BuildTimeout,
+		})
+	})
 }

@@ -1,8 +1,8 @@
 //go:build unix
 
-package etcdproc
+package proc
 
 import "syscall"
 
-// The signals that pause and resume a member.
+// The signals that pause, resume and stop a process.
 var sigStop, sigCont, sigTerm = syscall.SIGSTOP, syscall.SIGCONT, syscall.SIGTERM

@@ -1,7 +1,6 @@
-package kubetest
+package proc
 
 import (
-	"errors"
 	"os"
 	"runtime"
 	"strconv"
@@ -9,10 +8,10 @@ import (
 	"syscall"
 )
 
-// sysProcAttr makes the kernel kill a process when the thread that started
+// sysProcAttr makes the kernel kill a child when the thread that started
 // it exits: the test process ending in any way (a timeout panic, a signal)
-// leaves no kube-apiserver behind. start runs on a locked thread that
-// lives as long as the process.
+// leaves no server behind. Start runs it on a locked thread that lives as
+// long as the child.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
@@ -21,7 +20,7 @@ func sysProcAttr() *syscall.SysProcAttr {
 func lockThread() { runtime.LockOSThread() }
 
 // RSS returns the resident memory of process pid, in bytes (from
-// /proc/<pid>/status): for reporting what a Server costs.
+// /proc/<pid>/status).
 func RSS(pid int) (int64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
@@ -33,5 +32,5 @@ func RSS(pid int) (int64, error) {
 			return kb << 10, err
 		}
 	}
-	return 0, errors.New("kubetest: no VmRSS")
+	return 0, ErrNoRSS
 }
