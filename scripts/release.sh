@@ -74,8 +74,10 @@ forget() {
 }
 trap 'forget; rm -rf "$tmp"' EXIT
 
+# The release commit (empty when the requirements already name $version:
+# the go.sum rounds below amend it).
 git add -A
-git commit -q -m "Release $version: the modules require each other at $version" || true
+git commit -q --allow-empty -m "Release $version: the modules require each other at $version"
 
 # Each module's go.sum gets its siblings' checksums from the proxy, which
 # holds the modules as committed. A module's zip holds its own go.sum, so
@@ -86,6 +88,9 @@ for round in 1 2 3 4 5; do
   rm -rf "$proxy" && forget
   (cd tools/release && GOWORK=off go run ./modproxy -repo "$root" -commit HEAD -version "$version" -out "$proxy") >/dev/null
   for d in "${dirs[@]}"; do
+    # A sibling's checksum from an earlier round is stale: tidy adds the
+    # proxy's.
+    [[ ! -f $d/go.sum ]] || sed -i '\#^github\.com/fencekit/fencekit[/ ]#d' "$d/go.sum"
     (cd "$d" && GOWORK=off GOPROXY="file://$proxy,https://proxy.golang.org" GONOSUMDB=github.com/fencekit/fencekit \
       GOFLAGS="${GOFLAGS:-} -mod=mod" GOTOOLCHAIN=local go mod tidy)
   done
@@ -99,6 +104,7 @@ commit=$(git rev-parse HEAD)
 echo "== the release point $commit resolves outside the workspace"
 FENCEKIT_MODPROXY=$proxy scripts/modcheck.sh "$version" "$commit"
 
+[[ -f releases.txt ]] || printf '# Release points, oldest first: VERSION COMMIT (docs/RELEASING.md).\n# scripts/release.sh appends; apicheck.sh and modcheck.sh read the last.\n' >releases.txt
 printf '%s %s\n' "$version" "$commit" >>releases.txt
 git add releases.txt
 git commit -q -m "releases.txt: $version is $commit"

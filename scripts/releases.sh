@@ -23,6 +23,7 @@ section_text() {
 
 case ${1:-} in
 last)
+  [[ -f releases.txt ]] || exit 1
   grep -Ev '^[[:space:]]*(#|$)' releases.txt | tail -1 | awk 'NF == 2 { print $1, $2; ok = 1 } END { exit !ok }'
   ;;
 modules)
