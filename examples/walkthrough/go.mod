@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/fencekit/fencekit v0.1.0
+	github.com/fencekit/fencekit/integration v0.1.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
