@@ -43,7 +43,8 @@ for p in "${paths[@]}"; do
   c="$tmp/consumer$n"
   mkdir "$c"
   echo "== modcheck: go get $p@$version; go build $p/..."
-  (cd "$c" && go mod init example.com/consumer >/dev/null 2>&1 && go get "$p@$version" >/dev/null && go build "$p/...")
+  (cd "$c" && go mod init example.com/consumer >/dev/null 2>&1 &&
+    { go get "$p@$version" >get.log 2>&1 || { cat get.log >&2; exit 1; }; } && go build "$p/...")
 done
 echo "== modcheck: go install github.com/fencekit/fencekit/cmd/fencekit@$version"
 GOFLAGS=${GOFLAGS% -mod=mod} GOBIN="$tmp/bin" go install "github.com/fencekit/fencekit/cmd/fencekit@$version"

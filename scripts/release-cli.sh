@@ -42,9 +42,13 @@ fi
 
 read -r last last_commit < <(scripts/releases.sh last)
 export FENCEKIT_BASE_VERSION=$last
+FENCEKIT_COMMIT=$(git rev-parse HEAD)
+FENCEKIT_SHORT_COMMIT=$(git rev-parse --short=12 HEAD)
+FENCEKIT_COMMIT_TIME=$(git show -s --format=%ct HEAD)
+export FENCEKIT_COMMIT FENCEKIT_SHORT_COMMIT FENCEKIT_COMMIT_TIME
 if [[ $snapshot == 1 ]]; then
   if [[ $single == 1 ]]; then
-    "$bin" build --snapshot --clean --single-target --id fencekit
+    "$bin" build --snapshot --clean --single-target
   else
     "$bin" release --snapshot --clean
   fi
