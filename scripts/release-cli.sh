@@ -2,8 +2,9 @@
 # scripts/release-cli.sh [--snapshot] [--single-target]
 #
 # Builds the fencekit command line's release archives with GoReleaser
-# (.goreleaser.yaml): linux, darwin and windows on amd64 and arm64, a
-# tar.gz each (zip for windows) and a SHA-256 checksums file, in dist/.
+# (.goreleaser.yaml): linux and darwin on amd64 and arm64 (windows once
+# cmd/fencekit builds there), a tar.gz each and a SHA-256 checksums file,
+# in dist/.
 # Each binary's --version prints the version and the commit.
 #
 #   --snapshot       archives of the working tree, versioned as a snapshot
