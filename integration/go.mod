@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/fencekit/fencekit v0.0.0
+	github.com/fencekit/fencekit v0.1.0
 	github.com/go-sql-driver/mysql v1.10.2
 	github.com/jackc/pgx/v5 v5.13.0
 	go.etcd.io/etcd/api/v3 v3.7.3
@@ -82,5 +82,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/fencekit/fencekit => ../

@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/k8s
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0
+	github.com/fencekit/fencekit v0.1.0
 	github.com/go-logr/logr v1.4.4
 	github.com/stretchr/testify v1.11.1
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -26,7 +26,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
-	github.com/fencekit/fencekit/integration v0.0.0
+	github.com/fencekit/fencekit/integration v0.1.0
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -119,7 +119,3 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0
 )
-
-replace github.com/fencekit/fencekit => ../
-
-replace github.com/fencekit/fencekit/integration => ../integration

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/aws/aws-sdk-go-v2 v1.32.5
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.69.0
-	github.com/fencekit/fencekit v0.0.0
+	github.com/fencekit/fencekit v0.1.0
 	github.com/prometheus/client_golang v1.11.1
 	go.opentelemetry.io/otel v1.20.0
 	go.opentelemetry.io/otel/trace v1.20.0
@@ -56,5 +56,3 @@ require (
 	google.golang.org/grpc v1.63.0 // indirect
 	google.golang.org/protobuf v1.33.0 // indirect
 )
-
-replace github.com/fencekit/fencekit => ../

@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/redisguard
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0
+	github.com/fencekit/fencekit v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.45.0
@@ -47,5 +47,3 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/fencekit/fencekit => ../

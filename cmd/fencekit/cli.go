@@ -107,6 +107,9 @@ func Main(args []string, e *Env) int {
 	case "-h", "-help", "--help", "help":
 		usage(e.Stdout)
 		return ExitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(e.Stdout, versionString())
+		return ExitOK
 	}
 	if args[0] == watchdogCmd {
 		return runWatchdog(args[1:], e)
@@ -128,7 +131,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  fencekit %s\n      %s\n", c.synopsis, c.about)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'fencekit COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "Run 'fencekit COMMAND --help' for a command's flags, 'fencekit --version' for the version.")
 	fmt.Fprintln(w, "Exit codes: 0 ok; 1 no (release, transfer or mark reset refused, no leader, token not")
 	fmt.Fprintln(w, "current, no mark); 64 usage error; 69 connection error; 70 internal error;")
 	fmt.Fprintln(w, "75 not acquired; 76 etcd server too old; 79 lease, permit or term lost")
@@ -151,12 +154,14 @@ func newFlagSet(name, help string) *flagSet {
 	return &flagSet{FlagSet: fs, help: help}
 }
 
-// printHelp writes the command's help to w.
+// printHelp writes the command's help to w: the usage line and the flags
+// first, then the command's description.
 func printHelp(fs *flagSet, w io.Writer) {
-	fmt.Fprintf(w, "Usage: fencekit %s\n\n%s\n\nFlags:\n", synopses[fs.Name()], strings.TrimSpace(fs.help))
+	fmt.Fprintf(w, "Usage: fencekit %s\n\nFlags:\n", synopses[fs.Name()])
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(fs.help))
 }
 
 // errHelp is returned by parse after printing help.

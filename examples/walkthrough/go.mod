@@ -3,7 +3,8 @@ module github.com/fencekit/fencekit/examples/walkthrough
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0
+	github.com/fencekit/fencekit v0.1.0
+	github.com/fencekit/fencekit/integration v0.1.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
@@ -68,5 +69,3 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/fencekit/fencekit => ../..

@@ -1,0 +1,17 @@
+// Module release holds the tools of scripts/release.sh, apicheck.sh and
+// modcheck.sh: golang.org/x/exp/cmd/apidiff, pinned here, and modproxy.
+// It is a module of its own, outside go.work, so that no module a user
+// imports requires golang.org/x/exp at this version.
+module github.com/fencekit/fencekit/tools/release
+
+go 1.26.0
+
+tool golang.org/x/exp/cmd/apidiff
+
+require golang.org/x/mod v0.42.0
+
+require (
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/tools v0.52.1-0.20261106145633-d407941a339a // indirect
+)
