@@ -123,6 +123,30 @@ func newRequest(name string, try bool, opts []AcquireOption) (request, error) {
 	return req, nil
 }
 
+// withTTLOnly returns req with the TTL of opts, the options of a
+// semaphore's, a read/write lock's or an election's acquisition, of which
+// only WithLeaseTTL applies; any other is an error matching
+// ErrInvalidOption.
+func withTTLOnly(req request, opts []AcquireOption) (request, error) {
+	if len(opts) == 0 {
+		return req, nil
+	}
+	var r request
+	for _, o := range opts {
+		if o == nil {
+			return request{}, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o.apply(&r); err != nil {
+			return request{}, err
+		}
+	}
+	if ttl := r.ttl; r != (request{ttl: ttl}) {
+		return request{}, fmt.Errorf("%w: only WithLeaseTTL applies to a %s", ErrInvalidOption, req.op)
+	}
+	req.ttl = r.ttl
+	return req, nil
+}
+
 // capHold ends l with ErrMaxHold once it has been held for d, unless it
 // ends first.
 func (l *Lease) capHold(d time.Duration) {

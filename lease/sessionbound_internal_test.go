@@ -287,3 +287,51 @@ func TestLeaseTTLValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 }
+
+// Semaphores, read/write locks and elections take WithLeaseTTL, and only
+// it.
+func TestLeaseTTLOfRecipes(t *testing.T) {
+	cl := etcdtest.Start(t)
+	cli := etcdtest.Client(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := New(cli)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ttl := WithLeaseTTL(3 * time.Second)
+
+	sem, err := c.Semaphore("ttl-sem", 2)
+	require.NoError(t, err)
+	p, err := sem.Acquire(ctx, ttl)
+	require.NoError(t, err)
+	q, err := sem.TryAcquire(ctx, ttl)
+	require.NoError(t, err)
+	rw, err := c.RWMutex("ttl-rw")
+	require.NoError(t, err)
+	r, err := rw.RLock(ctx, ttl)
+	require.NoError(t, err)
+	el, err := c.Election("ttl-el")
+	require.NoError(t, err)
+	term, err := el.Campaign(ctx, "me", ttl)
+	require.NoError(t, err)
+	for _, l := range []*Lease{p.l, q.l, r.l, term.l} {
+		assert.Equal(t, 3*time.Second, l.sess.ttl)
+		resp, err := cli.TimeToLive(ctx, l.sess.id)
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, resp.GrantedTTL)
+	}
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, q.Release(ctx))
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, term.Resign(ctx))
+
+	for name, call := range map[string]func() error{
+		"semaphore max hold":  func() error { _, err := sem.Acquire(ctx, WithMaxHold(time.Second)); return err },
+		"write lock metadata": func() error { _, err := rw.TryLock(ctx, WithMetadata("x")); return err },
+		"campaign metadata":   func() error { _, err := el.Campaign(ctx, "me", WithMetadata("x")); return err },
+		"campaign bad ttl":    func() error { _, err := el.Campaign(ctx, "me", WithLeaseTTL(time.Millisecond)); return err },
+		"nil option":          func() error { _, err := rw.Lock(ctx, nil); return err },
+	} {
+		assert.ErrorIs(t, call(), ErrInvalidOption, name)
+	}
+}
