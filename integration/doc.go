@@ -146,6 +146,23 @@
 //
 //	SAFETY workload=register mode=guarded locks=64 ops=3459 ops/s=120 accepted=3052 rejected=56 faults=compacted-watch:2,delay:1,delete-key:12,leader-sigkill:2,leader-sigstop:2,lost-replies:2,member-sigkill:1,member-sigstop:2,member-switch:1,partition:2,pause:6,revoke:5,slow-writer:5 violations=0 lost=0 porcupine=linearizable handovers=1841 early=0
 //
+// # Crash takeover and etcd's lease quirks
+//
+// A lock-holder worker process (this test binary executed again) takes
+// locks on etcd server processes and is killed with SIGKILL or frozen with
+// SIGSTOP. TestCrashTakeover checks that a killed holder's successor
+// starts within its TTL plus 2 s, and that a frozen holder's writes sent
+// with its old token after its successor wrote are all refused by guard's
+// middleware. TestLeaderKillWhileLeasePending kills the etcd leader (3
+// members) while a dead holder's session is pending: etcd renews it to a
+// full TTL (etcd#9395), and the successor must start within the election,
+// the TTL and a stated margin, never while the dead holder's record or
+// lease remains. TestMassExpiry kills a process holding a lock on each of
+// FENCEKIT_MASS_EXPIRY_N sessions (1,000 by default) and checks that
+// every successor starts. BenchmarkCrashTakeover and BenchmarkRevokeStorm
+// measure takeover times and what a Client holding 1k-100k locks costs
+// the others when it dies (scripts/bench.sh runs them).
+//
 // # Duration
 //
 // Without FENCEKIT_SOAK, each phase runs at least its share of 26 s and

@@ -17,6 +17,7 @@ func TestMain(m *testing.M) {
 	faults.ServeWorker(map[string]faults.WorkerFunc{
 		workerName:   runProcessWorker,
 		memberWorker: runEtcdMember,
+		holderWorker: runLockHolder,
 	})
 	goleak.VerifyTestMain(m, testkit.EtcdLeaks...)
 }

@@ -178,13 +178,13 @@ func (m *member) watchTarget(ctx context.Context) (target string, covered bool, 
 		return "", false, nil
 	}
 	kw := m.c.recs.watchBehind(m.w, key, prefix)
-	if _, err := m.wait(ctx, m.c.recs.watches.created(kw), nil); err != nil {
+	if _, err := m.wait(ctx, m.c.recs.watches.Created(kw), nil); err != nil {
 		return "", false, err
 	}
 	if m.c.bg.ctx.Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
-	return key, kw.start <= at, nil
+	return key, kw.Start() <= at, nil
 }
 
 // reread reads the records ahead of m again and sets its blockers.

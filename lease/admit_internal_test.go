@@ -132,7 +132,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 func TestWaiterWhoseOwnDeleteIsLateIsNotAdmitted(t *testing.T) {
 	ctx, cli, h, c, res := queueBehindHolder(t, "late")
 	w, own := waitingBehind(t, c)
-	c.recs.watches.stream.stop(own) // its events stop here
+	c.recs.watches.Halt(own) // its events stop here
 	if _, err := cli.Delete(ctx, w.key); err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +201,12 @@ func waitingBehind(t *testing.T, c *Client) (*waiter, *keyWatch) {
 		}
 		var block, own *keyWatch
 		if w != nil {
-			block, own = w.block, c.recs.watches.m[w.key]
+			block, own = w.block, w.own
 		}
 		c.recs.mu.Unlock()
 		if block != nil && own != nil {
 			select {
-			case <-c.recs.watches.created(block):
+			case <-c.recs.watches.Created(block):
 				return w, own
 			default:
 			}

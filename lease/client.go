@@ -70,8 +70,8 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	if cfg.margin*2 >= cfg.ttl {
 		return nil, fmt.Errorf("lease: safety margin %v is not less than half the TTL %v", cfg.margin, cfg.ttl)
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
+	if cfg.obs.Logger == nil {
+		cfg.obs.Logger = slog.New(slog.DiscardHandler)
 	}
 	src := owner.Default()
 	if cfg.instance != "" {
@@ -81,18 +81,18 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		}
 	}
 	met := newMetrics()
-	if cfg.registerer != nil {
-		if err := met.register(cfg.registerer); err != nil {
+	if cfg.obs.Registerer != nil {
+		if err := met.register(cfg.obs.Registerer); err != nil {
 			return nil, err
 		}
 	}
 	c := &Client{
 		met:    met,
-		tracer: newTracer(cfg.tracer),
+		tracer: newTracer(cfg.obs.TracerProvider),
 		etcd:   cli,
 		cfg:    cfg,
 		src:    src,
-		log:    cfg.logger,
+		log:    cfg.obs.Logger,
 		bg:     newGroup(),
 		sessions: sessionSet{
 			bound:       maxSessionRecords,

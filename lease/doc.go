@@ -119,7 +119,7 @@
 //     caps its leases alike), so a big holder's death is many small
 //     revocations rather than one that stalls the cluster;
 //   - watchers: one per session, of the requests to release its records
-//     (Client.RequestRelease; no event until someone asks), plus at most
+//     (Admin.RequestRelease; no event until someone asks), plus at most
 //     K + W (S semaphore waiters of one lock share one directory watch);
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,
@@ -319,10 +319,21 @@
 // holds short-TTL locks (a quick takeover when it dies) next to long ones
 // (room for long pauses). AcquireAll and TryAcquireAll take them too;
 // semaphores, read/write locks and Campaign take WithLeaseTTL only.
-// Client.RequestRelease asks the
+// Admin.RequestRelease asks the
 // holder of a given fence to let go, without taking anything: the
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
+//
+// # Operator tools
+//
+// An Admin (NewAdmin(cli, prefix), or Client.Admin for a process that
+// already has a Client) holds what operators and tools do to locks they do
+// not hold: Inspect and InspectAll read a lock's holder and queue (owner
+// digests, never tokens), RequestRelease asks a holder to let go and
+// ForceRelease deletes a holder's record, each in one transaction
+// comparing the record's creation revision. Like a Verifier, it has no
+// session and holds nothing; "fencekit status" and "fencekit release" are
+// built on it.
 //
 // # Lock-delay
 //
@@ -451,6 +462,20 @@
 // partition that outlasts a session ends every lease on it, and the
 // sessions of one Client, renewed over one connection, usually end
 // together. Use several Clients to isolate them.
+//
+// A crashed holder's locks are free once etcd expires its session: within
+// a TTL of its last renewal, plus up to 500 ms (etcd looks for expired
+// leases twice a second). etcd makes that longer in two cases. A new etcd
+// leader renews every lease to its full TTL plus one election timeout
+// (etcd#9395), so after a leader change the locks of a holder that died
+// just before stay taken for up to TTL + the election + an election timeout.
+// And etcd revokes at most 500 expired leases per look, so when thousands
+// of sessions expire at once their locks are freed over seconds. The
+// revocation of a session deletes all of its records in one transaction,
+// during which etcd applies no other write: it grows with the records the
+// session held, at most 1,000 (see the cost model) (the integration module's TestLeaderKillWhileLeasePending,
+// TestMassExpiry and BenchmarkRevokeStorm measure all three; the README's
+// Performance section has the figures).
 //
 // # Concurrency
 //

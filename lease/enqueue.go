@@ -214,10 +214,10 @@ func (e *enqueuer) found(resp *clientv3.TxnResponse) (bool, error) {
 func (m *member) catchUp(ctx context.Context, readRev int64) error {
 	w := m.w
 	m.readRev = readRev
-	if _, err := m.wait(ctx, m.c.recs.watches.created(w.own), nil); err != nil {
+	if _, err := m.wait(ctx, m.c.recs.watches.Created(w.own), nil); err != nil {
 		return err
 	}
-	if w.own.start <= readRev {
+	if w.own.Start() <= readRev {
 		return nil
 	}
 	for {

@@ -90,7 +90,7 @@ var (
 	ErrKeyDeleted = errors.New("lease: lock record deleted")
 	// ErrReleaseRequested is the cause with which Do cancels its
 	// function's context when someone asked the holder to release
-	// (Client.RequestRelease). It is not a loss: the lease is held until
+	// (Admin.RequestRelease). It is not a loss: the lease is held until
 	// Do releases it.
 	ErrReleaseRequested = errors.New("lease: release requested")
 	// ErrTransferred is the Err of a term its leader handed to a chosen

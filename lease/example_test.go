@@ -335,7 +335,7 @@ func ExampleWithMaxHold() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	state, err := locks.Inspect(ctx, "reindex")
+	state, err := locks.Admin().Inspect(ctx, "reindex")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -371,11 +371,11 @@ func ExampleWithLockDelay() {
 		log.Fatal(err)
 	}
 	released := time.Now() // no later than the record's delete
-	if _, err := locks.ForceRelease(ctx, "exporter", l.Fence().Revision); err != nil {
+	if _, err := locks.Admin().ForceRelease(ctx, "exporter", l.Fence().Revision); err != nil {
 		log.Fatal(err)
 	}
 	<-l.Done()
-	state, err := locks.Inspect(ctx, "exporter")
+	state, err := locks.Admin().Inspect(ctx, "exporter")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestSetReleaseRequested(t *testing.T) {
 		t.Fatal("ReleaseRequested closed before anyone asked")
 	default:
 	}
-	require.NoError(t, operator.RequestRelease(ctx, "ask-b", set.Fence("ask-b").Revision))
+	require.NoError(t, operator.Admin().RequestRelease(ctx, "ask-b", set.Fence("ask-b").Revision))
 	select {
 	case <-asked:
 	case <-time.After(5 * time.Second):

@@ -125,19 +125,55 @@ func (e *NotHolderError) Is(target error) bool {
 	return target == ErrNotOwner
 }
 
+// Admin holds the operator's tools over the lock records that Clients
+// keep under one prefix: it reads any lock's state (Inspect, InspectAll),
+// asks a holder to let go (RequestRelease) and deletes a holder's record
+// (ForceRelease). It holds nothing and has no session: a tool (such as
+// "fencekit status" or "fencekit release") needs no Client of its own, and
+// a process that holds locks reaches the same tools through Client.Admin.
+// Each call compares what it changes in one etcd transaction, so a holder
+// that took over meanwhile is never touched.
+//
+// An Admin does not own its etcd client. It is safe for concurrent use.
+type Admin struct {
+	etcd   *clientv3.Client
+	prefix string
+	log    *slog.Logger
+}
+
+// NewAdmin returns an Admin of the records that Clients keep under prefix
+// through cli: the prefix given to WithPrefix, or DefaultPrefix. A "/" is
+// appended when missing, as WithPrefix does. Its log records (a force
+// release, a release request) are discarded; Client.Admin's go to the
+// Client's logger.
+func NewAdmin(cli *clientv3.Client, prefix string) (*Admin, error) {
+	v, err := NewVerifier(cli, prefix) // the same checks and prefix
+	if err != nil {
+		return nil, err
+	}
+	return &Admin{etcd: v.etcd, prefix: v.prefix, log: slog.New(slog.DiscardHandler)}, nil
+}
+
+// Admin returns an Admin of the records of c's prefix, through c's etcd
+// client, logging to c's logger. It stays usable after c is closed, as
+// long as the etcd client is open.
+func (c *Client) Admin() *Admin {
+	return &Admin{etcd: c.etcd, prefix: c.cfg.prefix, log: c.log}
+}
+
 // Inspect reads the state of the lock called name in one etcd request, plus
 // one request per distinct session for the TTLs left. It holds nothing,
-// writes nothing and needs only read access to the Client's prefix. A lock
+// writes nothing and needs only read access to the Admin's prefix. A lock
 // nobody holds or waits for has a nil Holder and no Waiters.
-func (c *Client) Inspect(ctx context.Context, name string) (*LockState, error) {
+func (a *Admin) Inspect(ctx context.Context, name string) (*LockState, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	resp, err := c.etcd.Get(ctx, lockDir(c.cfg.prefix, name), queueRecords()...)
+	resp, err := a.etcd.Get(ctx, lockDir(a.prefix, name), queueRecords()...)
 	if err != nil {
 		return nil, fmt.Errorf("lease: inspect %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
 	}
-	states, err := c.states(ctx, resp.Kvs, resp.Header.Revision)
+	states, err := a.states(ctx, resp.Kvs, resp.Header.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("lease: inspect %q: %w", name, err)
 	}
@@ -148,13 +184,13 @@ func (c *Client) Inspect(ctx context.Context, name string) (*LockState, error) {
 }
 
 // InspectAll reads the state of every lock that has a holder or a waiter
-// under the Client's prefix, sorted by name, as Inspect does for one.
-func (c *Client) InspectAll(ctx context.Context) ([]LockState, error) {
-	resp, err := c.etcd.Get(ctx, c.cfg.prefix, clientv3.WithPrefix())
+// under the Admin's prefix, sorted by name, as Inspect does for one.
+func (a *Admin) InspectAll(ctx context.Context) ([]LockState, error) {
+	resp, err := a.etcd.Get(ctx, a.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("lease: inspect all: %w", errors.Join(rpcError(err), ctx.Err()))
 	}
-	states, err := c.states(ctx, resp.Kvs, resp.Header.Revision)
+	states, err := a.states(ctx, resp.Kvs, resp.Header.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("lease: inspect all: %w", err)
 	}
@@ -163,11 +199,11 @@ func (c *Client) InspectAll(ctx context.Context) ([]LockState, error) {
 
 // states groups records by lock, orders each queue by creation revision and
 // reads the TTL left of each session.
-func (c *Client) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) ([]LockState, error) {
+func (a *Admin) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) ([]LockState, error) {
 	byLock := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range kvs {
 		key := string(kv.Key)
-		rest := strings.TrimPrefix(key, c.cfg.prefix)
+		rest := strings.TrimPrefix(key, a.prefix)
 		if rest == key || strings.Count(rest, "/") != 1 || strings.HasPrefix(rest, "/") {
 			continue // not a record key: <prefix><name>/<session>-<slot>
 		}
@@ -176,13 +212,10 @@ func (c *Client) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 	}
 	ttls := map[int64]time.Duration{}
 	for _, kv := range kvs {
-		if kv.Lease == 0 {
+		if _, ok := ttls[kv.Lease]; ok || kv.Lease == 0 {
 			continue
 		}
-		if _, ok := ttls[kv.Lease]; ok {
-			continue
-		}
-		ttl, err := c.sessionTTL(ctx, kv.Lease)
+		ttl, err := sessionTTL(ctx, a.etcd, kv.Lease)
 		if err != nil {
 			return nil, err
 		}
@@ -210,10 +243,13 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 		if rec, ok := markerRecord(string(kv.Key)); ok {
 			delays[kv.CreateRevision], _ = markerDelay(kv.Value)
 			first := st.Holder == nil && len(st.Waiters) == 0
-			if first && !hasRecord(recs, rec, kv.CreateRevision) {
+			ownRecord := func(r *mvccpb.KeyValue) bool { return string(r.Key) == rec && r.CreateRevision == kv.CreateRevision }
+			if first && !slices.ContainsFunc(recs, ownRecord) {
 				// Ahead of every record, and its own is gone: the lock
 				// waits out its delay.
-				st.DelayedUntil = later(st.DelayedUntil, now.Add(max(ttls[kv.Lease], 0)))
+				if end := now.Add(max(ttls[kv.Lease], 0)); end.After(st.DelayedUntil) {
+					st.DelayedUntil = end
+				}
 			}
 			continue
 		}
@@ -237,28 +273,10 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 	return st
 }
 
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// hasRecord reports whether recs holds the record at key created at crev.
-func hasRecord(recs []*mvccpb.KeyValue, key string, crev int64) bool {
-	for _, kv := range recs {
-		if string(kv.Key) == key && kv.CreateRevision == crev {
-			return true
-		}
-	}
-	return false
-}
-
 // sessionTTL returns the TTL left of an etcd lease, or -1 when it no longer
 // exists.
-func (c *Client) sessionTTL(ctx context.Context, id int64) (time.Duration, error) {
-	resp, err := c.etcd.TimeToLive(ctx, clientv3.LeaseID(id))
+func sessionTTL(ctx context.Context, etcd clientv3.Lease, id int64) (time.Duration, error) {
+	resp, err := etcd.TimeToLive(ctx, clientv3.LeaseID(id))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return -1, nil
@@ -323,33 +341,17 @@ func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) R
 // ForceRelease does not stop the holder's side effects: a holder that is
 // paused or partitioned keeps running until it notices. Only fencing at the
 // resource stops its writes.
-func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Record, error) {
-	if err := ValidateName(name); err != nil {
+func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Record, error) {
+	kv, err := a.holder(ctx, "force release", name, rev)
+	if err != nil {
 		return nil, err
 	}
-	if rev <= 0 {
-		return nil, fmt.Errorf("lease: force release %q: fence revision %d is not positive", name, rev)
-	}
-	dir := lockDir(c.cfg.prefix, name)
-	head, err := c.etcd.Get(ctx, dir, headRecord()...)
-	if err != nil {
-		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	}
-	kv, err := c.holder(ctx, head.Kvs)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("lease: force release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	case kv == nil:
-		return nil, &NotHolderError{Lock: name, Revision: rev}
-	case kv.CreateRevision != rev:
-		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
-	}
-	key := string(kv.Key)
+	dir, key := lockDir(a.prefix, name), string(kv.Key)
 	// The record at the head of the queue stays the head as long as it
 	// exists (no record can be created ahead of it), so comparing its
 	// creation revision is enough to know it still holds the lock. The
 	// same transaction reads the record's lock-delay marker, if any.
-	resp, err := c.etcd.Txn(ctx).
+	resp, err := a.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpGet(key+markerSep, clientv3.WithPrefix())).
 		Else(clientv3.OpGet(dir, headRecord()...)).
@@ -369,27 +371,45 @@ func (c *Client) ForceRelease(ctx context.Context, name string, rev int64) (*Rec
 		return nil, &NotHolderError{Lock: name, Revision: rev}
 	}
 	r := newRecord(name, del.PrevKvs[0], nil)
-	c.log.Warn("lease force released", logattr.Lock(name), slog.String("owner", r.OwnerDigest), logattr.Fence(rev),
+	a.log.Warn("lease force released", logattr.Lock(name), slog.String("owner", r.OwnerDigest), logattr.Fence(rev),
 		slog.Int("holds", r.Holds))
 	if m := forcedMark(resp.Responses[1].GetResponseRange().Kvs, rev); m != nil {
 		// Not a Release: the lock waits out the holder's lock-delay,
 		// counted from now rather than from its session's end.
 		r.LockDelay = m.delay
-		if err := c.moveMarker(ctx, m); err != nil {
-			c.log.Warn("lease force release: lock-delay marker stays on its session's lease (it expires within the TTL plus the delay)",
+		discard := func(id clientv3.LeaseID, _ time.Duration) { _, _ = a.etcd.Revoke(ctx, id) } // or it expires
+		if err := moveMarker(ctx, a.etcd, m, discard); err != nil {
+			a.log.Warn("lease force release: lock-delay marker stays on its session's lease (it expires within the TTL plus the delay)",
 				logattr.Lock(name), logattr.Fence(rev), slog.String("error", err.Error()))
 		}
 	}
 	return &r, nil
 }
 
-// holder returns the record holding the lock whose queue's head (read
-// with headRecord) is head, or nil when nobody does (see resolveHead).
-func (c *Client) holder(ctx context.Context, head []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
-	if len(head) == 0 {
-		return nil, nil
+// holder returns, for op, the record of the lock called name that holds
+// it, if its fencing revision is rev; otherwise a *NotHolderError, or
+// another error when it cannot tell.
+func (a *Admin) holder(ctx context.Context, op, name string, rev int64) (*mvccpb.KeyValue, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
 	}
-	return resolveHead(ctx, c.etcd, head[0])
+	if rev <= 0 {
+		return nil, fmt.Errorf("lease: %s %q: fence revision %d is not positive", op, name, rev)
+	}
+	head, err := a.etcd.Get(ctx, lockDir(a.prefix, name), headRecord()...)
+	var kv *mvccpb.KeyValue
+	if err == nil && len(head.Kvs) > 0 {
+		kv, err = resolveHead(ctx, a.etcd, head.Kvs[0]) // nil: a marker without its record
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("lease: %s %q: %w", op, name, errors.Join(rpcError(err), ctx.Err()))
+	case kv == nil:
+		return nil, &NotHolderError{Lock: name, Revision: rev}
+	case kv.CreateRevision != rev:
+		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+	}
+	return kv, nil
 }
 
 // forcedMark is the lock-delay marker among kvs (a read of a record's

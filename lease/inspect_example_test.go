@@ -10,7 +10,7 @@ import (
 	"github.com/fencekit/fencekit/lease"
 )
 
-func ExampleClient_Inspect() {
+func ExampleAdmin_Inspect() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
@@ -26,7 +26,7 @@ func ExampleClient_Inspect() {
 	}
 	defer l.Release(ctx)
 
-	st, err := locks.Inspect(ctx, "reports")
+	st, err := locks.Admin().Inspect(ctx, "reports")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func ExampleClient_Inspect() {
 	// holds: 1 waiters: 0
 }
 
-func ExampleClient_ForceRelease() {
+func ExampleAdmin_ForceRelease() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
@@ -53,11 +53,16 @@ func ExampleClient_ForceRelease() {
 		log.Fatal(err)
 	}
 
+	// An operator's tool needs no Client: an Admin of the same prefix.
+	admin, err := lease.NewAdmin(cli, lease.DefaultPrefix)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// A revision that is not the holder's is refused, and nothing changes.
-	_, err = locks.ForceRelease(ctx, "reports", l.Fence().Revision+1)
+	_, err = admin.ForceRelease(ctx, "reports", l.Fence().Revision+1)
 	fmt.Println("wrong revision refused:", errors.Is(err, lease.ErrNotOwner))
 
-	r, err := locks.ForceRelease(ctx, "reports", l.Fence().Revision)
+	r, err := admin.ForceRelease(ctx, "reports", l.Fence().Revision)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +75,7 @@ func ExampleClient_ForceRelease() {
 	// holder lost it: true
 }
 
-func ExampleClient_InspectAll() {
+func ExampleAdmin_InspectAll() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
@@ -88,7 +93,7 @@ func ExampleClient_InspectAll() {
 		defer l.Release(ctx)
 	}
 
-	all, err := locks.InspectAll(ctx)
+	all, err := locks.Admin().InspectAll(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

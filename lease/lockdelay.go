@@ -220,7 +220,8 @@ func (l *Lease) expireMarker() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
-		err := c.moveMarker(ctx, m)
+		discard := func(id clientv3.LeaseID, ttl time.Duration) { c.bg.spawn(func() { c.revokeLease(id, ttl) }) }
+		err := moveMarker(ctx, c.etcd, m, discard)
 		cancel()
 		if err == nil {
 			return
@@ -236,16 +237,17 @@ func (l *Lease) expireMarker() {
 }
 
 // moveMarker moves m from its session's lock-delay lease to a new lease
-// of its delay, unless it is on that lease no more (moved or deleted).
-func (c *Client) moveMarker(ctx context.Context, m *delayMark) error {
-	grant, err := c.etcd.Grant(ctx, delayTTL(m.delay))
+// of its delay, unless it is on that lease no more (moved or deleted). A
+// new lease the marker did not move onto goes to discard, with its TTL.
+func moveMarker(ctx context.Context, etcd *clientv3.Client, m *delayMark, discard func(clientv3.LeaseID, time.Duration)) error {
+	grant, err := etcd.Grant(ctx, delayTTL(m.delay))
 	if err != nil {
 		return err
 	}
-	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.shadow)).
+	resp, err := etcd.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.shadow)).
 		Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(grant.ID))).Commit()
 	if err != nil || !resp.Succeeded {
-		c.bg.spawn(func() { c.revokeLease(grant.ID, time.Duration(delayTTL(m.delay))*time.Second) })
+		discard(grant.ID, time.Duration(delayTTL(m.delay))*time.Second)
 	}
 	return err
 }
@@ -284,7 +286,7 @@ func resolveHead(ctx context.Context, kv clientv3.KV, head *mvccpb.KeyValue) (*m
 // its delay and delaySlack, the longest its countdown lasts once started.
 func (c *Client) delayEnd(ctx context.Context, kv *mvccpb.KeyValue) time.Time {
 	now := time.Now()
-	ttl, err := c.sessionTTL(ctx, kv.Lease)
+	ttl, err := sessionTTL(ctx, c.etcd, kv.Lease)
 	if err != nil {
 		d, _ := markerDelay(kv.Value)
 		return now.Add(roundUpSeconds(d + delaySlack))

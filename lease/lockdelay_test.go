@@ -40,7 +40,7 @@ func newDelaySetup(t *testing.T, name string) *delaySetup {
 	l, err := a.Acquire(ctx, name, lease.WithLockDelay(testDelay))
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, markerLeaseTTL(t, ctx, cli, name), "the session's TTL + the delay + 1 s")
-	st, err := a.Inspect(ctx, name)
+	st, err := a.Admin().Inspect(ctx, name)
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	require.Equal(t, l.Fence(), st.Holder.Fence)
@@ -130,7 +130,7 @@ func TestLockDelayForceRelease(t *testing.T) {
 	ctx := s.ctx
 	s.p.Pause()
 	op := newClient(t, s.cli)
-	r, err := op.ForceRelease(ctx, "forced", s.held.Fence().Revision)
+	r, err := op.Admin().ForceRelease(ctx, "forced", s.held.Fence().Revision)
 	require.NoError(t, err)
 	assert.Equal(t, testDelay, r.LockDelay)
 	released := <-s.gone
@@ -138,7 +138,7 @@ func TestLockDelayForceRelease(t *testing.T) {
 	// of the delay (+ 1 s).
 	assert.EqualValues(t, 3, markerLeaseTTL(t, ctx, s.cli, "forced"))
 
-	st, err := op.Inspect(ctx, "forced")
+	st, err := op.Admin().Inspect(ctx, "forced")
 	require.NoError(t, err)
 	assert.Nil(t, st.Holder)
 	assert.True(t, st.DelayedUntil.After(time.Now()), "delayed until %v", st.DelayedUntil)
@@ -195,7 +195,7 @@ func TestLockDelayAfterMaxHold(t *testing.T) {
 	c := newClient(t, cli)
 	l, err := c.Acquire(ctx, "capped-delay", lease.WithMaxHold(300*time.Millisecond), lease.WithLockDelay(testDelay))
 	require.NoError(t, err)
-	st, err := c.Inspect(ctx, "capped-delay")
+	st, err := c.Admin().Inspect(ctx, "capped-delay")
 	require.NoError(t, err)
 	gone := deleteSeen(t, ctx, cli, st.Holder.Key)
 	next := acquireLater(ctx, t, newClient(t, cli), "capped-delay")
@@ -224,7 +224,7 @@ func TestLockDelayWaiterGivesUp(t *testing.T) {
 		errc <- err
 	}()
 	waitRecords(t, cli, "queue", 3)
-	st, err := a.Inspect(ctx, "queue")
+	st, err := a.Admin().Inspect(ctx, "queue")
 	require.NoError(t, err)
 	require.Len(t, st.Waiters, 1)
 	assert.Equal(t, 2*time.Second, st.Waiters[0].LockDelay, "rounded up")

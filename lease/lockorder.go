@@ -17,7 +17,7 @@ const (
 	rankSession           // session.mu: one session's state and key slots
 	rankBusy              // busyLocks.mu: locks found taken lately
 	rankBound             // boundContexts.mu: the contexts a Lease's end cancels
-	rankStream            // watchStream.mu: the watches' state on the gRPC stream
+	rankStream            // watchmux's stream lock: the watches' state on the gRPC stream
 )
 
 // The package's mutexes, one type per rank. Built with the

@@ -35,71 +35,53 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 	m := &metrics{
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencekit_lease_acquisitions_total",
-			Help: "Acquire and TryAcquire calls by outcome: acquired, held (TryAcquire found it taken), cancelled (ctx ended), error.",
-		}, []string{"outcome"}),
-		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "fencekit_lease_acquire_wait_seconds",
-			Help:    "Time from Acquire to holding the lock, for successful acquisitions.",
-			Buckets: buckets,
-		}),
-		hold: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "fencekit_lease_hold_seconds",
-			Help:    "Time from acquiring a lease to its end (released, lost or closed).",
-			Buckets: buckets,
-		}),
-		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencekit_lease_results_total",
-			Help: "Release, renew, reenter, proclaim and transfer results by outcome: done, not_owner, not_found, unknown (transport), denied (permission), not_candidate (transfer).",
-		}, []string{"op", "outcome"}),
-		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencekit_lease_losses_total",
-			Help: "Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found, max_hold.",
-		}, []string{"cause"}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencekit_lease_duplicate_releases_total",
-			Help: "Release calls on a lease its holder had already released.",
-		}),
-		foreign: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencekit_lease_foreign_records_total",
-			Help: "Times a waiter found the record ahead of it kept by no session (an outsider's write): it blocks the lock until deleted.",
-		}),
-		revokedEarly: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencekit_lease_sessions_revoked_early_total",
-			Help: "Sessions etcd ended before the TTL of their last confirmed renewal ran out (ErrRevokedEarly): revoked by someone, or by etcd itself after a frozen leader continued. Their locks may have been taken over before their holders learned.",
-		}),
-		leading: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fencekit_election_leading",
-			Help: "Elections this process's Clients lead now.",
-		}),
-		terms: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencekit_election_terms_total",
-			Help: "Election terms won (leadership transitions to these Clients).",
-		}),
-		renew: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "fencekit_lease_renew_seconds",
-			Help:    "Round trip of confirmed session renewals (keep-alives), background and Lease.Renew: a rising tail warns before renewals start to fail.",
-			Buckets: buckets,
-		}),
-		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fencekit_lease_waiting",
-			Help: "Acquisitions of this process's Clients waiting in a lock's queue now.",
-		}),
-		watchEvents: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencekit_lease_watch_events_total",
-			Help: "Watch events received by this process's Clients: changes of their own records, of the records their waiters wait behind, and in the directories of the semaphores they wait for.",
-		}),
-		watches: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fencekit_lease_watches",
-			Help: "Keys and semaphore directories this process's Clients watch now (each an etcd watcher).",
-		}),
+		acquisitions: counterVec("fencekit_lease_acquisitions_total",
+			"Acquire and TryAcquire calls by outcome: acquired, held (TryAcquire found it taken), cancelled (ctx ended), error.", "outcome"),
+		wait: histogram("fencekit_lease_acquire_wait_seconds", "Time from Acquire to holding the lock, for successful acquisitions."),
+		hold: histogram("fencekit_lease_hold_seconds", "Time from acquiring a lease to its end (released, lost or closed)."),
+		results: counterVec("fencekit_lease_results_total",
+			"Release, renew, reenter, proclaim and transfer results by outcome: done, not_owner, not_found, unknown (transport), denied (permission), not_candidate (transfer).",
+			"op", "outcome"),
+		losses: counterVec("fencekit_lease_losses_total",
+			"Leases lost, by cause: deleted, overwritten, session (expired or revoked), deadline, not_owner, not_found, max_hold.", "cause"),
+		duplicates: counter("fencekit_lease_duplicate_releases_total", "Release calls on a lease its holder had already released."),
+		foreign: counter("fencekit_lease_foreign_records_total",
+			"Times a waiter found the record ahead of it kept by no session (an outsider's write): it blocks the lock until deleted."),
+		revokedEarly: counter("fencekit_lease_sessions_revoked_early_total",
+			"Sessions etcd ended before the TTL of their last confirmed renewal ran out (ErrRevokedEarly): revoked by someone, or by etcd itself after a frozen leader continued. Their locks may have been taken over before their holders learned."),
+		leading: gauge("fencekit_election_leading", "Elections this process's Clients lead now."),
+		terms:   counter("fencekit_election_terms_total", "Election terms won (leadership transitions to these Clients)."),
+		renew: histogram("fencekit_lease_renew_seconds",
+			"Round trip of confirmed session renewals (keep-alives), background and Lease.Renew: a rising tail warns before renewals start to fail."),
+		waiting: gauge("fencekit_lease_waiting", "Acquisitions of this process's Clients waiting in a lock's queue now."),
+		watchEvents: counter("fencekit_lease_watch_events_total",
+			"Watch events received by this process's Clients: changes of their own records, of the records their waiters wait behind, and in the directories of the semaphores they wait for."),
+		watches: gauge("fencekit_lease_watches",
+			"Keys and semaphore directories this process's Clients watch now (each an etcd watcher)."),
 		headroom: newHeadroomCollector(),
 	}
 	m.resolve()
 	return m
+}
+
+// The constructors of the Client's collectors; histograms of durations in
+// seconds share one set of buckets, from 0.5 ms to 5 min.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func histogram(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help,
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}})
 }
 
 // register registers m's collectors on reg. A collector that an earlier
@@ -141,11 +123,11 @@ func (m *metrics) resolve() {
 	}
 }
 
-// events counts watch events received (see streamStats).
-func (m *metrics) events(n int) { m.watchEvents.Add(float64(n)) }
+// Events counts watch events received (see watchmux.Stats).
+func (m *metrics) Events(n int) { m.watchEvents.Add(float64(n)) }
 
-// watching counts watches started (delta 1) and stopped (delta -1).
-func (m *metrics) watching(delta int) { m.watches.Add(float64(delta)) }
+// Watching counts watches started (delta 1) and stopped (delta -1).
+func (m *metrics) Watching(delta int) { m.watches.Add(float64(delta)) }
 
 // result is the counter of op's calls with outcome result.
 func (m *metrics) result(op opKind, result string) prometheus.Counter {

@@ -29,13 +29,11 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	prefix     string
-	ttl        time.Duration
-	margin     time.Duration
-	logger     *slog.Logger
-	instance   string
-	registerer prometheus.Registerer
-	tracer     trace.TracerProvider
+	prefix   string
+	ttl      time.Duration
+	margin   time.Duration
+	instance string
+	obs      observe.Options // WithLogger, WithMetrics, WithTracerProvider
 }
 
 // WithTracerProvider makes the Client record an OpenTelemetry span for
@@ -46,11 +44,7 @@ type config struct {
 // nothing; it never uses the global provider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) error {
-		if tp == nil {
-			return errors.New("lease: nil TracerProvider")
-		}
-		c.tracer = tp
-		return nil
+		return observe.Set(&c.obs.TracerProvider, tp, errors.New("lease: nil TracerProvider"))
 	})
 }
 
@@ -59,16 +53,22 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // other must use the same prefix; give a least-privilege etcd role exactly
 // this prefix.
 func WithPrefix(prefix string) Option {
-	return optionFunc(func(c *config) error {
-		if prefix == "" || prefix == "/" {
-			return errors.New("lease: empty key prefix")
-		}
-		if !strings.HasSuffix(prefix, "/") {
-			prefix += "/"
-		}
-		c.prefix = prefix
-		return nil
+	return optionFunc(func(c *config) (err error) {
+		c.prefix, err = keyPrefix(prefix)
+		return err
 	})
+}
+
+// keyPrefix is prefix, refused when empty, with a "/" appended when
+// missing.
+func keyPrefix(prefix string) (string, error) {
+	if prefix == "" || prefix == "/" {
+		return "", errors.New("lease: empty key prefix")
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix, nil
 }
 
 // WithTTL sets the TTL of the Client's etcd session lease. etcd counts TTLs
@@ -111,7 +111,7 @@ func WithSafetyMargin(d time.Duration) Option {
 // released, lost). Records carry a hash of the lock name, the owner digest
 // and the fencing revision, never an owner token. The default discards.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error { return observe.Set(&c.logger, l, errors.New("lease: nil logger")) })
+	return optionFunc(func(c *config) error { return observe.Set(&c.obs.Logger, l, errors.New("lease: nil logger")) })
 }
 
 // WithInstanceID sets the instance id that owner tokens of this Client carry
@@ -136,6 +136,6 @@ func WithInstanceID(id string) Option {
 // collectors.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
-		return observe.Set(&c.registerer, reg, errors.New("lease: nil metrics registerer"))
+		return observe.Set(&c.obs.Registerer, reg, errors.New("lease: nil metrics registerer"))
 	})
 }

@@ -402,7 +402,7 @@ func TestInspectRecipes(t *testing.T) {
 	_, err = e.Campaign(ctx, "me:1")
 	require.NoError(t, err)
 
-	st, err := c.Inspect(ctx, "insp")
+	st, err := c.Admin().Inspect(ctx, "insp")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	assert.Equal(t, "semaphore/2", st.Holder.Kind)
@@ -414,7 +414,7 @@ func TestInspectRecipes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, held)
-	st, err = c.Inspect(ctx, "insp-e")
+	st, err = c.Admin().Inspect(ctx, "insp-e")
 	require.NoError(t, err)
 	assert.Equal(t, "lock", st.Holder.Kind)
 	assert.Equal(t, "me:1", st.Holder.Value)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -30,7 +31,7 @@ type records struct {
 
 	mu      recordsMutex
 	closed  bool
-	watches watchSet
+	watches *watchmux.Set
 	held    map[string]*Lease  // record key -> lease
 	waiters map[string]*waiter // own record key -> waiter
 	byDir   map[string]map[*waiter]struct{}
@@ -39,8 +40,9 @@ type records struct {
 	// waiters, so that whether a session is unused is known without a
 	// scan (see retireUnused); a session without any has no entry.
 	uses map[*session]int
-	// swept is when sweep last ran (see sweep).
+	// swept is when sweep last ran (see sweep); ttl is the Client's TTL.
 	swept time.Time
+	ttl   time.Duration
 }
 
 // sessionKeeper is what the table asks of the Client's session lifecycle.
@@ -52,7 +54,7 @@ type sessionKeeper interface {
 	checkGone(s *session)
 }
 
-func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats streamStats) *records {
+func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats watchmux.Stats) *records {
 	t := &records{
 		etcd:    cli,
 		bg:      bg,
@@ -63,9 +65,10 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		byDir:   map[string]map[*waiter]struct{}{},
 		orphans: map[string]orphan{},
 		uses:    map[*session]int{},
+		ttl:     cfg.ttl,
 	}
-	t.watches = watchSet{stream: newWatchStream(cli, bg, log, cfg.ttl, t, stats), ttl: cfg.ttl, used: t.used,
-		m: map[string]*keyWatch{}}
+	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
+		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
 	return t
 }
 
@@ -126,9 +129,9 @@ func (t *records) subscribe(w *waiter) error {
 		return errRetired // ended since this acquisition picked it: try another
 	}
 	w.reading()
-	w.own = t.watches.own(w.key)
+	w.own = t.watches.Own(w.key)
 	if w.kind.limit > 0 {
-		w.block = t.watches.hold(w.dir, true) // a permit may come from any holder
+		w.block = t.watches.Hold(w.dir, true) // a permit may come from any holder
 	}
 	t.waiters[w.key] = w
 	t.uses[w.sess]++
@@ -182,11 +185,11 @@ func (t *records) forget(l *Lease, recordGone bool) {
 func (t *records) watchBehind(w *waiter, key string, prefix bool) *keyWatch {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w.block == nil || !w.block.covers(key) || !t.watches.current(w.block) {
+	if w.block == nil || !w.block.Covers(key) || !t.watches.Current(w.block) {
 		// None yet, another target, or a watch stopped since.
 		old := w.block
-		w.block = t.watches.hold(key, prefix)
-		t.watches.drop(old)
+		w.block = t.watches.Hold(key, prefix)
+		t.watches.Drop(old)
 	}
 	return w.block
 }
@@ -197,7 +200,7 @@ func (t *records) watchBehind(w *waiter, key string, prefix bool) *keyWatch {
 func (t *records) orderedWithOwn(w *waiter) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return w.block != nil && w.block.covers(w.key) && t.watches.current(w.block)
+	return w.block != nil && w.block.Covers(w.key) && t.watches.Current(w.block)
 }
 
 // retireIfIdle retires s if it is tainted and nothing uses it.
@@ -254,9 +257,9 @@ func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
 func (t *records) sweep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if now := time.Now(); now.Sub(t.swept) >= t.watches.ttl/3 {
+	if now := time.Now(); now.Sub(t.swept) >= t.ttl/3 {
 		t.swept = now
-		t.watches.sweep()
+		t.watches.Sweep()
 	}
 }
 
@@ -353,7 +356,7 @@ func (t *records) used(key string) bool {
 
 // unlink stops routing watch events to w. t.mu is held.
 func (t *records) unlink(w *waiter) {
-	t.watches.drop(w.block)
+	t.watches.Drop(w.block)
 	w.block = nil
 	if t.waiters[w.key] == w {
 		delete(t.waiters, w.key)

@@ -32,32 +32,17 @@ import (
 // ErrNotFound when the lock is free). A record that no session keeps
 // cannot be asked: use ForceRelease. Any other error means the outcome is
 // unknown; asking again is harmless.
-func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	if rev <= 0 {
-		return fmt.Errorf("lease: request release %q: fence revision %d is not positive", name, rev)
-	}
-	head, err := c.etcd.Get(ctx, lockDir(c.cfg.prefix, name), headRecord()...)
+func (a *Admin) RequestRelease(ctx context.Context, name string, rev int64) error {
+	kv, err := a.holder(ctx, "request release", name, rev)
 	if err != nil {
-		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	}
-	kv, err := c.holder(ctx, head.Kvs)
-	switch {
-	case err != nil:
-		return fmt.Errorf("lease: request release %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	case kv == nil:
-		return &NotHolderError{Lock: name, Revision: rev}
-	case kv.CreateRevision != rev:
-		return &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+		return err
 	}
 	if kv.Lease == 0 {
 		return fmt.Errorf("lease: request release %q: the record is kept by no session, so no Client can hear the request; use ForceRelease", name)
 	}
 	key := string(kv.Key)
-	ask := askKey(c.cfg.prefix, key, rev)
-	resp, err := c.etcd.Txn(ctx).
+	ask := askKey(a.prefix, key, rev)
+	resp, err := a.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(ask, key, clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
 		Commit()
@@ -67,7 +52,7 @@ func (c *Client) RequestRelease(ctx context.Context, name string, rev int64) err
 	case !resp.Succeeded:
 		return &NotHolderError{Lock: name, Revision: rev}
 	}
-	c.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
+	a.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
 	return nil
 }
 
@@ -190,7 +175,7 @@ func (a *releaseAsk) request(to int64) {
 }
 
 // ReleaseRequested is closed when someone asked this lease's holder to
-// release the lock (Client.RequestRelease), or to hand it to a waiting
+// release the lock (Admin.RequestRelease), or to hand it to a waiting
 // candidate (Election.RequestTransfer; Do then transfers). It stays open
 // otherwise, also after the lease ends.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.get().Done() }

@@ -45,7 +45,7 @@ func TestRequestRelease(t *testing.T) {
 	waitRecords(t, cli, "asked", 2)
 
 	start := time.Now()
-	require.NoError(t, operator.RequestRelease(ctx, "asked", l.Fence().Revision))
+	require.NoError(t, operator.Admin().RequestRelease(ctx, "asked", l.Fence().Revision))
 	select {
 	case <-l.ReleaseRequested():
 	case <-time.After(5 * time.Second):
@@ -60,7 +60,7 @@ func TestRequestRelease(t *testing.T) {
 		resp, err := cli.Get(ctx, lease.DefaultPrefix+"/asks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 0
 	}, 5*time.Second, 10*time.Millisecond, "the request is deleted once handled")
-	states, err := operator.InspectAll(ctx)
+	states, err := operator.Admin().InspectAll(ctx)
 	require.NoError(t, err)
 	for _, st := range states {
 		assert.NotEmpty(t, st.Name, "the requests' space shows up as a lock")
@@ -75,14 +75,14 @@ func TestRequestReleaseOfAnotherHolder(t *testing.T) {
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
 	operator := newClient(t, cli)
-	err := operator.RequestRelease(ctx, "nobody", 42)
+	err := operator.Admin().RequestRelease(ctx, "nobody", 42)
 	var nh *lease.NotHolderError
 	require.ErrorAs(t, err, &nh)
 	require.ErrorIs(t, err, lease.ErrNotFound)
 
 	l, err := newClient(t, cli).Acquire(ctx, "kept")
 	require.NoError(t, err)
-	err = operator.RequestRelease(ctx, "kept", l.Fence().Revision-1)
+	err = operator.Admin().RequestRelease(ctx, "kept", l.Fence().Revision-1)
 	require.ErrorIs(t, err, lease.ErrNotOwner)
 	select {
 	case <-l.ReleaseRequested():
@@ -90,7 +90,7 @@ func TestRequestReleaseOfAnotherHolder(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	require.NoError(t, l.Err())
-	require.Error(t, operator.RequestRelease(ctx, "kept", 0))
-	require.ErrorIs(t, operator.RequestRelease(ctx, "a/b", 1), lease.ErrInvalidName)
+	require.Error(t, operator.Admin().RequestRelease(ctx, "kept", 0))
+	require.ErrorIs(t, operator.Admin().RequestRelease(ctx, "a/b", 1), lease.ErrInvalidName)
 	require.NoError(t, l.Release(ctx))
 }

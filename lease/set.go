@@ -97,7 +97,7 @@ func (s *Set) ValidUntil() time.Time {
 }
 
 // ReleaseRequested is closed when someone asked the holder of any lock of
-// the set to release it (Client.RequestRelease with the set's revision
+// the set to release it (Admin.RequestRelease with the set's revision
 // and that lock's name): release the whole set then. It stays open
 // otherwise, also after the set ends.
 func (s *Set) ReleaseRequested() <-chan struct{} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/observe"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -19,7 +20,6 @@ const (
 	attrLock     = attribute.Key("fencekit.lock")     // hash of the lock name, as logs' "lock"
 	attrOwner    = attribute.Key("fencekit.owner")    // owner token digest
 	attrFence    = attribute.Key("fencekit.fence")    // fencing revision
-	attrOutcome  = attribute.Key("fencekit.outcome")  // as the metrics' outcome label
 	attrKind     = attribute.Key("fencekit.kind")     // exclusive lock, read lock, semaphore of n
 	attrPosition = attribute.Key("fencekit.position") // records ahead that blocked the acquisition when it queued
 	attrWaited   = attribute.Key("fencekit.waited_ms")
@@ -65,7 +65,7 @@ func endSpan(span trace.Span, err error) {
 		}
 		span.SetStatus(otelcodes.Error, err.Error())
 	}
-	span.SetAttributes(attrOutcome.String(o))
+	span.SetAttributes(observe.AttrOutcome.String(o)) // as the metrics' outcome label
 	span.End()
 }
 

@@ -501,7 +501,7 @@ func (m *member) skipped(ctx context.Context) bool {
 
 // RequestTransfer asks the leader whose term is term to hand it to the
 // waiting candidate to, from any process: the cooperative, cross-process
-// form of Term.Transfer, as Client.RequestRelease is of Release. The
+// form of Term.Transfer, as Admin.RequestRelease is of Release. The
 // request is written only if term still leads and to still waits, in one
 // transaction comparing both records' creation revisions; otherwise it
 // writes nothing and returns a *NotHolderError (term does not lead) or a
@@ -564,7 +564,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 }
 
 // ReleaseRequested is closed when someone asked this term's leader to
-// resign (Client.RequestRelease) or to transfer the term
+// resign (Admin.RequestRelease) or to transfer the term
 // (Election.RequestTransfer; see TransferRequested). It stays open
 // otherwise, also after the term ends.
 func (t *Term) ReleaseRequested() <-chan struct{} { return t.l.ReleaseRequested() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,11 +53,9 @@ func NewVerifier(cli *clientv3.Client, prefix string) (*Verifier, error) {
 	if cli == nil {
 		return nil, errors.New("lease: nil etcd client")
 	}
-	if prefix == "" || prefix == "/" {
-		return nil, errors.New("lease: empty key prefix")
-	}
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
+	prefix, err := keyPrefix(prefix)
+	if err != nil {
+		return nil, err
 	}
 	return &Verifier{etcd: cli, prefix: prefix}, nil
 }

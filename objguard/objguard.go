@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guard"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/fencekit/fencekit/internal/observe"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -52,13 +52,11 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	verifier   guard.Verifier
-	logger     *slog.Logger
-	registerer prometheus.Registerer
-	tracer     trace.Tracer
-	probeKey   string
-	noProbe    bool
-	cacheSize  int
+	verifier  guard.Verifier
+	obs       observe.Options // WithLogger, WithMetrics, WithTracerProvider
+	probeKey  string
+	noProbe   bool
+	cacheSize int
 }
 
 // DefaultCacheSize is how many objects' last written versions a Guard
@@ -169,13 +167,16 @@ func New(ctx context.Context, cli Client, bucket string, opts ...Option) (*Guard
 			return nil, err
 		}
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
+	if cfg.obs.Logger == nil {
+		cfg.obs.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Guard{cli: cli, bucket: bucket, ver: cfg.verifier, log: cfg.logger, tracer: cfg.tracer,
+	g := &Guard{cli: cli, bucket: bucket, ver: cfg.verifier, log: cfg.obs.Logger,
 		verified: map[string]int64{}, cache: map[string]version{}, cacheMax: cfg.cacheSize}
-	if cfg.registerer != nil {
-		met, err := newMetrics(cfg.registerer)
+	if cfg.obs.TracerProvider != nil {
+		g.tracer = cfg.obs.TracerProvider.Tracer(tracerName)
+	}
+	if cfg.obs.Registerer != nil {
+		met, err := newMetrics(cfg.obs.Registerer)
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/internal/observe"
 	"github.com/fencekit/fencekit/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -79,11 +80,7 @@ func (ev *event) setErr(err error) {
 // share the counters.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
-		if reg == nil {
-			return errors.New("objguard: nil metrics registerer")
-		}
-		c.registerer = reg
-		return nil
+		return observe.Set(&c.obs.Registerer, reg, errors.New("objguard: nil metrics registerer"))
 	})
 }
 
@@ -96,13 +93,7 @@ func WithMetrics(reg prometheus.Registerer) Option {
 // lock names replaced by their hashes. Never an object's bytes. By
 // default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error {
-		if l == nil {
-			return errors.New("objguard: nil logger")
-		}
-		c.logger = l
-		return nil
-	})
+	return optionFunc(func(c *config) error { return observe.Set(&c.obs.Logger, l, errors.New("objguard: nil logger")) })
 }
 
 type metrics struct {
@@ -201,11 +192,7 @@ const (
 // TracerProvider is never used.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) error {
-		if tp == nil {
-			return errors.New("objguard: nil TracerProvider")
-		}
-		c.tracer = tp.Tracer(tracerName)
-		return nil
+		return observe.Set(&c.obs.TracerProvider, tp, errors.New("objguard: nil TracerProvider"))
 	})
 }
 

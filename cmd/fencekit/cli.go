@@ -93,6 +93,7 @@ var commands = []command{
 	{"transfer", synopses["transfer"], "planned hand-off: ask an election's leader to hand its term to a chosen candidate", cmdTransfer},
 	{"mark", synopses["mark"], "show a resource's mark; break-glass: reset it from exactly --old to --new", cmdMark},
 	{"verify", synopses["verify"], "is TOKEN (rev:lock) the current holder's fencing token? (exit 0 yes, 1 no)", cmdVerify},
+	{"shards", shardsSynopsis, "show a shard group: members, shares, shards moving or unowned", cmdShards},
 }
 
 // Main runs the fencekit command line with args (without the program name)

@@ -15,6 +15,7 @@
 //	fencekit leader [--json] NAME
 //	fencekit transfer (--to N | --to-value V) [--fence N] NAME
 //	fencekit verify TOKEN
+//	fencekit shards [--json] [--all] [--group-prefix P] GROUP
 //	fencekit mark show [--dsn DSN | --etcd-prefix P] RESOURCE
 //	fencekit mark reset --old REV:LOCK --new REV:LOCK [--dsn DSN | --etcd-prefix P] RESOURCE
 //

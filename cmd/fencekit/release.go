@@ -21,7 +21,7 @@ or partitioned keeps running until it notices: only fencing at the
 resource stops its writes.
 
 With --ask, delete nothing: ask the holder to release instead
-(lease.Client.RequestRelease). A "fencekit run" holding the lock sends its
+(lease.Admin.RequestRelease). A "fencekit run" holding the lock sends its
 command SIGTERM and releases the lock when the command exits; a program
 using lease.Client.Do sees its context cancelled with
 lease.ErrReleaseRequested; a holder that ignores the request keeps the
@@ -58,15 +58,14 @@ func cmdRelease(args []string, e *Env) int {
 		return fail(e, "release", ExitConn, err)
 	}
 	defer cli.Close()
-	locks, err := lease.New(cli, conn.options()...)
+	admin, err := lease.NewAdmin(cli, conn.prefix)
 	if err != nil {
 		return fail(e, "release", ExitUsage, err)
 	}
-	defer locks.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
 	defer cancel()
 	if *ask {
-		err := locks.RequestRelease(ctx, name, *rev)
+		err := admin.RequestRelease(ctx, name, *rev)
 		if code, done := refused(err, name, *rev, "nothing asked", e); done {
 			return code
 		}
@@ -74,7 +73,7 @@ func cmdRelease(args []string, e *Env) int {
 			time.Now().UTC().Format(time.RFC3339), name, *rev)
 		return ExitOK
 	}
-	r, err := locks.ForceRelease(ctx, name, *rev)
+	r, err := admin.ForceRelease(ctx, name, *rev)
 	if code, done := refused(err, name, *rev, "nothing deleted", e); done {
 		return code
 	}

@@ -53,7 +53,7 @@ Linux, processes that left the process group. Then the lease is
 released and the result checked.
 
 When someone asks the holder to let go ("fencekit release --ask --fence
-N LOCK", lease.Client.RequestRelease), the command's process group gets
+N LOCK", lease.Admin.RequestRelease), the command's process group gets
 SIGTERM, and the lock is released once the command exits; the exit code
 stays the command's. --max-hold D ends the lease after D even while its
 renewals succeed (the command is killed as on any loss, exit 79, and the
@@ -483,7 +483,7 @@ var (
 func (f *runFlags) note(lock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	st, err := f.locks.Inspect(ctx, lock)
+	st, err := f.locks.Admin().Inspect(ctx, lock)
 	switch {
 	case err == nil && st.Holder == nil && !st.DelayedUntil.IsZero():
 		return fmt.Sprintf(" (a holder vanished without releasing: lock-delay until ~%s)", st.DelayedUntil.UTC().Format(time.RFC3339))
@@ -516,7 +516,7 @@ func holders(st *lease.LockState) int {
 func (f *runFlags) queueNote(lock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	st, err := f.locks.Inspect(ctx, lock)
+	st, err := f.locks.Admin().Inspect(ctx, lock)
 	if err != nil {
 		return fmt.Sprintf(" (queue unknown: %s)", oneLine(err.Error()))
 	}

@@ -198,15 +198,14 @@ func inspect(conn *connFlags, names []string, e *Env, cmd string) ([]lease.LockS
 		return nil, fail(e, cmd, ExitConn, err)
 	}
 	defer cli.Close()
-	locks, err := lease.New(cli, conn.options()...)
+	admin, err := lease.NewAdmin(cli, conn.prefix)
 	if err != nil {
 		return nil, fail(e, cmd, ExitUsage, err)
 	}
-	defer locks.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
 	defer cancel()
 	if len(names) == 0 {
-		states, err := locks.InspectAll(ctx)
+		states, err := admin.InspectAll(ctx)
 		if err != nil {
 			return nil, fail(e, cmd, exitCode(err), err)
 		}
@@ -214,7 +213,7 @@ func inspect(conn *connFlags, names []string, e *Env, cmd string) ([]lease.LockS
 	}
 	states := make([]lease.LockState, 0, len(names))
 	for _, n := range names {
-		st, err := locks.Inspect(ctx, n)
+		st, err := admin.Inspect(ctx, n)
 		if err != nil {
 			return nil, fail(e, cmd, exitCode(err), err)
 		}

@@ -29,13 +29,12 @@ func watchStatus(conn *connFlags, names []string, asJSON bool, e *Env) int {
 		return fail(e, "status", ExitConn, err)
 	}
 	defer cli.Close()
-	locks, err := lease.New(cli, conn.options()...)
+	admin, err := lease.NewAdmin(cli, conn.prefix)
 	if err != nil {
 		return fail(e, "status", ExitUsage, err)
 	}
-	defer locks.Close()
 	f, _ := e.Stdout.(*os.File)
-	w := &statusWatch{conn: conn, cli: cli, locks: locks, names: names, asJSON: asJSON, tty: f != nil && isTerminal(f), e: e}
+	w := &statusWatch{conn: conn, cli: cli, admin: admin, names: names, asJSON: asJSON, tty: f != nil && isTerminal(f), e: e}
 	if code := w.draw(ctx); code >= 0 {
 		return code
 	}
@@ -57,7 +56,7 @@ func watchStatus(conn *connFlags, names []string, asJSON bool, e *Env) int {
 type statusWatch struct {
 	conn   *connFlags
 	cli    *clientv3.Client
-	locks  *lease.Client
+	admin  *lease.Admin
 	names  []string
 	asJSON bool
 	tty    bool
@@ -135,7 +134,7 @@ func (w *statusWatch) draw(ctx context.Context) int {
 // read returns the states of the watched locks and the revision read.
 func (w *statusWatch) read(ctx context.Context) ([]lease.LockState, int64, error) {
 	if len(w.names) == 0 {
-		states, err := w.locks.InspectAll(ctx)
+		states, err := w.admin.InspectAll(ctx)
 		var rev int64
 		for _, st := range states {
 			rev = max(rev, st.Revision)
@@ -148,7 +147,7 @@ func (w *statusWatch) read(ctx context.Context) ([]lease.LockState, int64, error
 	var rev int64
 	states := make([]lease.LockState, 0, len(w.names))
 	for _, n := range w.names {
-		st, err := w.locks.Inspect(ctx, n)
+		st, err := w.admin.Inspect(ctx, n)
 		if err != nil {
 			return nil, 0, err
 		}

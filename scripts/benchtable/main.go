@@ -114,7 +114,7 @@ func parse(r io.Reader) (*results, error) {
 }
 
 // benchOrder is the order of benchmarks in the tables; others follow.
-var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Transfer", "Observe", "AcquireAll", "AcquireAllContended", "Guard", "Redis", "LossSignal", "ManyLocks", "ManyHolders"}
+var benchOrder = []string{"Cycle", "Fanout", "Handoff", "Reenter", "Election", "Transfer", "Observe", "AcquireAll", "AcquireAllContended", "Guard", "Redis", "LossSignal", "ManyLocks", "ManyHolders", "RevokeStorm", "CrashTakeover", "MassExpiry"}
 
 func benchRank(bench string) int {
 	if i := slices.Index(benchOrder, bench); i >= 0 {
@@ -212,7 +212,14 @@ func showRatio(v float64) string {
 	return fmt.Sprintf("%.2fx", v)
 }
 
-func show(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+// show formats a figure with 4 significant digits, whole numbers up to a
+// billion without an exponent.
+func show(v float64) string {
+	if math.Abs(v) >= 1e4 && math.Abs(v) < 1e9 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
 
 func write(w io.Writer, res *results, machine, cmd string) {
 	fmt.Fprintf(w, "`%s`", cmd)
@@ -414,8 +421,11 @@ func ratioTarget(res *results, rw row, pair string) (string, string) {
 // otherUnits lists, per non-interleaved benchmark, the units shown and in
 // which order.
 var otherUnits = map[string][]string{
-	"LossSignal": {"ms/signal", "max-ms/signal", "early_pct", "margin_ms", "median-margin_ms"},
-	"ManyLocks":  {"acquires/s", "heapB/lock", "keepalives/s", "watchers"},
+	"LossSignal":    {"ms/signal", "max-ms/signal", "early_pct", "margin_ms", "median-margin_ms"},
+	"ManyLocks":     {"acquires/s", "heapB/lock", "keepalives/s", "watchers"},
+	"RevokeStorm":   {"quiet-p99-ms", "death-p99-ms", "p99-ratio", "revoke-apply-ms"},
+	"CrashTakeover": {"p50-ms", "p99-ms", "trials", "keepalives/s", "late-refused", "stale-writes"},
+	"MassExpiry":    {"p50-ms", "p99-ms", "max-ms", "expired"},
 }
 
 // writeOthers writes the table of non-interleaved figures and returns its
@@ -440,8 +450,16 @@ func writeOthers(w io.Writer, res *results) int {
 				}
 				return show(v)
 			}
-			text, verdict := otherTarget(rw, unit, fk, hasFK)
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", rw.bench, rw.param, unit, cell(fk, hasFK), cell(em, hasEM), text, verdict)
+			fkCell := cell(fk, hasFK)
+			// A figure reported with its spread over rounds (unit-min,
+			// unit-max) shows it.
+			lo, hasLo := res.get(rw, "fencekit-"+unit+"-min")
+			hi, hasHi := res.get(rw, "fencekit-"+unit+"-max")
+			if hasFK && hasLo && hasHi {
+				fkCell += fmt.Sprintf(" (%s–%s)", show(lo), show(hi))
+			}
+			text, verdict := otherTarget(rw, unit, fk, hasFK, hi, hasHi)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", rw.bench, rw.param, unit, fkCell, cell(em, hasEM), text, verdict)
 			n++
 		}
 	}
@@ -449,8 +467,9 @@ func writeOthers(w io.Writer, res *results) int {
 }
 
 // otherTarget returns the target of a non-interleaved figure and its
-// verdict, or empty strings when it has none.
-func otherTarget(rw row, unit string, fk float64, hasFK bool) (string, string) {
+// verdict, or empty strings when it has none; hi is the figure's largest
+// round, when it reports one.
+func otherTarget(rw row, unit string, fk float64, hasFK bool, hi float64, hasHi bool) (string, string) {
 	if !hasFK || math.IsNaN(fk) {
 		return "", ""
 	}
@@ -467,6 +486,14 @@ func otherTarget(rw row, unit string, fk float64, hasFK bool) (string, string) {
 		n, _ := strconv.Atoi(strings.TrimPrefix(rw.param, "n="))
 		sessions := float64((n + 999) / 1000)
 		return check(fk <= 0.35*sessions, "one per 1,000 locks per TTL/3 (≤ 0.35/s per 1,000 locks)")
+	case rw.bench == "RevokeStorm" && unit == "p99-ratio":
+		return "≤ 1.5x (median over rounds)", verdict(fk <= 1.5, !hasHi || hi <= 1.5)
+	case rw.bench == "CrashTakeover" && unit == "p99-ms" && rw.param == "m=1,ttl=2s":
+		return check(fk <= 2500, "≤ 2.5 s")
+	case rw.bench == "CrashTakeover" && unit == "p99-ms" && rw.param == "m=3,ttl=2s":
+		return check(fk <= 3500, "≤ 3.5 s")
+	case rw.bench == "CrashTakeover" && unit == "stale-writes":
+		return check(fk == 0, "0 stale writes accepted")
 	}
 	return "", ""
 }

@@ -1,9 +1,10 @@
-package lease
+package watchmux
 
 import (
 	"context"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -13,13 +14,13 @@ import (
 	"google.golang.org/grpc"
 )
 
-// watchStream carries all of a Client's key watches on one gRPC Watch
-// stream of the Client's etcd connection, opened by the package itself
-// rather than through clientv3's Watcher: a clientv3 watch runs goroutines
-// and channels of its own (about 4.5 KiB of heap each), while a watch here
-// is a keyWatch in two maps, so a Client that holds ten thousand locks
-// watches each of their keys for a few hundred bytes apiece and receives
-// the changes of those keys only.
+// mux carries all of a Set's watches on one gRPC Watch stream of the
+// Client's etcd connection, opened by the package itself rather than
+// through clientv3's Watcher: a clientv3 watch runs goroutines and
+// channels of its own (about 4.5 KiB of heap each), while a watch here is
+// a Watch in two maps, so a Client that holds ten thousand locks watches
+// each of their keys for a few hundred bytes apiece and receives the
+// changes of those keys only.
 //
 // One goroutine (run) opens the stream and reads it, delivering events to
 // the sink without holding mu; one goroutine per opened stream (send)
@@ -34,42 +35,51 @@ import (
 // refused the watch), before any event of that watch; creating holds the
 // watches whose answer is due, in that order. Each create asks for a new
 // id, never used before on the stream.
-type watchStream struct {
+type mux struct {
 	etcd  *clientv3.Client
-	bg    *group
+	ctx   context.Context // the owner's lifetime
+	spawn func(func())
+	sleep func(time.Duration) bool
 	log   *slog.Logger
-	sink  eventSink
+	sink  Sink
 	ttl   time.Duration // bounds a resync's read
-	stats streamStats
+	stats Stats
 
-	mu       streamMutex
-	closed   bool                // the Client closed: no more watches
-	byID     map[int64]*keyWatch // id of the live create -> watch
-	creating []*keyWatch         // created responses due, in order
-	out      []*pb.WatchRequest  // requests to send on the current stream
-	wake     chan struct{}       // tells send that out has requests (capacity 1)
-	up       bool                // a stream is open; requests queue in out
+	mu       sync.Locker
+	closed   bool               // the owner closed: no more watches
+	byID     map[int64]*Watch   // id of the live create -> watch
+	creating []*Watch           // created responses due, in order
+	out      []*pb.WatchRequest // requests to send on the current stream
+	wake     chan struct{}      // tells send that out has requests (capacity 1)
+	up       bool               // a stream is open; requests queue in out
 	lastID   int64
 	live     int // watches started and not stopped
 }
 
-// streamStats counts what a watchStream carries.
-type streamStats interface {
-	// events adds n events received.
-	events(n int)
-	// watching adds delta to the number of watches kept.
-	watching(delta int)
+// Config is what a Set needs from its owner.
+type Config struct {
+	Etcd    *clientv3.Client         // whose connection carries the stream
+	Context context.Context          // the owner's lifetime: once it ends, the stream closes and no watch starts
+	Go      func(func())             // runs a goroutine that the owner waits for when it closes
+	Sleep   func(time.Duration) bool // waits, and reports false if Context ended first
+	Log     *slog.Logger             // the stream's losses (Debug) and refused watches (Warn)
+	TTL     time.Duration            // bounds a resync's read; an own key's watch lingers this long unused
+	Sink    Sink                     // receives the events
+	Stats   Stats                    // counts events and watches
+	Used    func(key string) bool    // whether the sink still needs key's events; Sweep calls it under the owner's lock
+	Mu      sync.Locker              // the stream's lock: taken under the owner's, never held while calling the sink
 }
 
-func newWatchStream(cli *clientv3.Client, bg *group, log *slog.Logger, ttl time.Duration, sink eventSink, stats streamStats) *watchStream {
-	s := &watchStream{etcd: cli, bg: bg, log: log, sink: sink, ttl: ttl, stats: stats,
-		byID: map[int64]*keyWatch{}, wake: make(chan struct{}, 1)}
-	bg.spawn(s.run)
-	return s
+// New returns an empty Set whose stream runs until cfg.Context ends.
+func New(cfg Config) *Set {
+	s := &mux{etcd: cfg.Etcd, ctx: cfg.Context, spawn: cfg.Go, sleep: cfg.Sleep, log: cfg.Log, sink: cfg.Sink, ttl: cfg.TTL,
+		stats: cfg.Stats, mu: cfg.Mu, byID: map[int64]*Watch{}, wake: make(chan struct{}, 1)}
+	s.spawn(s.run)
+	return &Set{stream: s, ttl: cfg.TTL, used: cfg.Used, m: map[string]*Watch{}}
 }
 
 // add starts kw, a new watch, from the current revision.
-func (s *watchStream) add(kw *keyWatch) {
+func (s *mux) add(kw *Watch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -78,7 +88,7 @@ func (s *watchStream) add(kw *keyWatch) {
 		return
 	}
 	s.live++
-	s.stats.watching(1)
+	s.stats.Watching(1)
 	s.create(kw)
 }
 
@@ -88,7 +98,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // created returns a channel closed once kw is confirmed: etcd confirmed
 // it, or it stopped unconfirmed (start MaxInt64). A watch allocates one
 // only while someone waits for it unconfirmed.
-func (s *watchStream) created(kw *keyWatch) <-chan struct{} {
+func (s *mux) created(kw *Watch) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if kw.confirmed {
@@ -102,7 +112,7 @@ func (s *watchStream) created(kw *keyWatch) <-chan struct{} {
 
 // stop ends kw. A watch stopped before etcd confirmed it closes created
 // with start MaxInt64: whoever waits for it must read again.
-func (s *watchStream) stop(kw *keyWatch) {
+func (s *mux) stop(kw *Watch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if kw.stopped {
@@ -114,7 +124,7 @@ func (s *watchStream) stop(kw *keyWatch) {
 		return // shutdown counted it
 	}
 	s.live--
-	s.stats.watching(-1)
+	s.stats.Watching(-1)
 	if kw.id != 0 {
 		delete(s.byID, kw.id)
 		s.queue(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
@@ -126,7 +136,7 @@ func (s *watchStream) stop(kw *keyWatch) {
 // create asks etcd for kw's watch under a new id, from kw.next (from now
 // while it is 0), if a stream is open; a stream opened later asks for it
 // anyway. s.mu is held.
-func (s *watchStream) create(kw *keyWatch) {
+func (s *mux) create(kw *Watch) {
 	s.lastID++
 	kw.id = s.lastID
 	s.byID[kw.id] = kw
@@ -142,7 +152,7 @@ func (s *watchStream) create(kw *keyWatch) {
 }
 
 // queue adds req to the requests for send. s.mu is held.
-func (s *watchStream) queue(req *pb.WatchRequest) {
+func (s *mux) queue(req *pb.WatchRequest) {
 	if !s.up {
 		return
 	}
@@ -155,28 +165,28 @@ func (s *watchStream) queue(req *pb.WatchRequest) {
 
 // run opens the stream, again whenever it is lost, until the Client
 // closes.
-func (s *watchStream) run() {
+func (s *mux) run() {
 	defer s.shutdown()
 	backoff := 20 * time.Millisecond
-	for s.bg.ctx.Err() == nil {
+	for s.ctx.Err() == nil {
 		if s.follow() {
 			backoff = 20 * time.Millisecond
 		} else {
 			backoff = min(2*backoff, time.Second)
 		}
-		if !s.bg.sleep(backoff) {
+		if !s.sleep(backoff) {
 			return
 		}
 	}
 }
 
 // shutdown confirms, as unusable, every watch etcd never confirmed, once
-// the Client closed.
-func (s *watchStream) shutdown() {
+// the owner closed.
+func (s *mux) shutdown() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed, s.up = true, false
-	s.stats.watching(-s.live)
+	s.stats.Watching(-s.live)
 	s.live = 0
 	for _, kw := range s.byID {
 		kw.confirm(math.MaxInt64)
@@ -186,8 +196,8 @@ func (s *watchStream) shutdown() {
 // follow opens one stream, asks it for every watch and delivers what it
 // answers until it fails. It reports whether the stream delivered
 // anything.
-func (s *watchStream) follow() (delivered bool) {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.bg.ctx))
+func (s *mux) follow() (delivered bool) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
 	defer cancel()
 	conn := s.etcd.ActiveConnection()
 	if conn == nil {
@@ -213,7 +223,7 @@ func (s *watchStream) follow() (delivered bool) {
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			if s.bg.ctx.Err() == nil {
+			if s.ctx.Err() == nil {
 				s.log.Debug("lease watch stream lost", slog.String("error", err.Error()))
 			}
 			return delivered
@@ -228,13 +238,13 @@ func (s *watchStream) follow() (delivered bool) {
 // open starts a stream's requests: a create of every watch, each from
 // the revision after the last event it delivered (or from now, if etcd
 // never confirmed it).
-func (s *watchStream) open() {
+func (s *mux) open() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.up = true
 	s.out, s.creating = nil, nil
 	old := s.byID
-	s.byID = make(map[int64]*keyWatch, len(old))
+	s.byID = make(map[int64]*Watch, len(old))
 	for _, kw := range old {
 		if !kw.resyncing {
 			s.create(kw)
@@ -246,7 +256,7 @@ func (s *watchStream) open() {
 
 // lost ends a stream's requests; the next stream asks for every watch
 // again.
-func (s *watchStream) lost() {
+func (s *mux) lost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.up = false
@@ -255,7 +265,7 @@ func (s *watchStream) lost() {
 
 // send writes the queued requests on stream until ctx ends or a write
 // fails.
-func (s *watchStream) send(ctx context.Context, stream pb.Watch_WatchClient) error {
+func (s *mux) send(ctx context.Context, stream pb.Watch_WatchClient) error {
 	for {
 		s.mu.Lock()
 		reqs := s.out
@@ -276,7 +286,7 @@ func (s *watchStream) send(ctx context.Context, stream pb.Watch_WatchClient) err
 
 // handle applies one response of the stream. It reports false when the
 // stream must be opened again.
-func (s *watchStream) handle(resp *pb.WatchResponse) bool {
+func (s *mux) handle(resp *pb.WatchResponse) bool {
 	if resp.Created {
 		return s.answered(resp)
 	}
@@ -299,7 +309,7 @@ func (s *watchStream) handle(resp *pb.WatchResponse) bool {
 // answered applies etcd's answer to the oldest create it had not
 // answered. It reports false when etcd refused it for a stale auth token,
 // which only a new stream refreshes.
-func (s *watchStream) answered(resp *pb.WatchResponse) bool {
+func (s *mux) answered(resp *pb.WatchResponse) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.creating) == 0 {
@@ -329,7 +339,7 @@ func (s *watchStream) answered(resp *pb.WatchResponse) bool {
 
 // canceled applies etcd's end of kw's watch: events compacted away
 // (resync them) or another reason (ask again, later). s.mu is held.
-func (s *watchStream) canceled(kw *keyWatch, resp *pb.WatchResponse) {
+func (s *mux) canceled(kw *Watch, resp *pb.WatchResponse) {
 	// A compacted watch stays registered in etcd: cancel it; it is asked
 	// for again under a new id. Meanwhile it stays in byID, marked, so
 	// that a new stream leaves it to the resync or retry.
@@ -341,14 +351,14 @@ func (s *watchStream) canceled(kw *keyWatch, resp *pb.WatchResponse) {
 		return
 	}
 	kw.resyncing = true
-	s.bg.spawn(func() { s.resync(kw) })
+	s.spawn(func() { s.resync(kw) })
 }
 
 // retry asks for kw's watch again after a while. s.mu is held.
-func (s *watchStream) retry(kw *keyWatch) {
+func (s *mux) retry(kw *Watch) {
 	kw.resyncing = true // not asked for by a new stream meanwhile
-	s.bg.spawn(func() {
-		if !s.bg.sleep(time.Second) {
+	s.spawn(func() {
+		if !s.sleep(time.Second) {
 			return
 		}
 		s.mu.Lock()
@@ -358,7 +368,7 @@ func (s *watchStream) retry(kw *keyWatch) {
 }
 
 // restart asks for kw's watch again, from rev. s.mu is held.
-func (s *watchStream) restart(kw *keyWatch, rev int64) {
+func (s *mux) restart(kw *Watch, rev int64) {
 	if kw.stopped || s.closed || s.byID[kw.id] != kw {
 		return
 	}
@@ -369,16 +379,16 @@ func (s *watchStream) restart(kw *keyWatch, rev int64) {
 
 // deliver hands kw's events to the sink, in revision order, and moves
 // kw's resume revision past them.
-func (s *watchStream) deliver(kw *keyWatch, evs []*mvccpb.Event) {
+func (s *mux) deliver(kw *Watch, evs []*mvccpb.Event) {
 	if len(evs) == 0 {
 		return
 	}
-	s.stats.events(len(evs))
+	s.stats.Events(len(evs))
 	for _, ev := range evs {
 		if ev.Type == mvccpb.DELETE {
-			s.sink.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+			s.sink.Deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
 		} else {
-			s.sink.put(ev.Kv)
+			s.sink.Put(ev.Kv)
 		}
 	}
 	s.mu.Lock()
@@ -389,7 +399,7 @@ func (s *watchStream) deliver(kw *keyWatch, evs []*mvccpb.Event) {
 // resync reads, after the events of kw were compacted away, every key kw
 // covers, hands the read to the sink, and resumes kw's watch after the
 // read; until a read succeeds, it tries again.
-func (s *watchStream) resync(kw *keyWatch) {
+func (s *mux) resync(kw *Watch) {
 	for {
 		s.mu.Lock()
 		stopped := kw.stopped
@@ -403,7 +413,7 @@ func (s *watchStream) resync(kw *keyWatch) {
 			s.mu.Unlock()
 			return
 		}
-		if !s.bg.sleep(100 * time.Millisecond) {
+		if !s.sleep(100 * time.Millisecond) {
 			return
 		}
 	}
@@ -411,8 +421,8 @@ func (s *watchStream) resync(kw *keyWatch) {
 
 // read reads every key kw covers and hands the read to the sink. It
 // returns the revision read at.
-func (s *watchStream) read(kw *keyWatch) (int64, bool) {
-	ctx, cancel := context.WithTimeout(s.bg.ctx, s.ttl)
+func (s *mux) read(kw *Watch) (int64, bool) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.ttl)
 	defer cancel()
 	var opts []clientv3.OpOption
 	if kw.prefix {
@@ -426,7 +436,7 @@ func (s *watchStream) read(kw *keyWatch) (int64, bool) {
 	for _, kv := range resp.Kvs {
 		present[string(kv.Key)] = kv
 	}
-	if !s.sink.resync(kw.covers, present, resp.Header.Revision) {
+	if !s.sink.Resync(kw.Covers, present, resp.Header.Revision) {
 		return 0, false
 	}
 	return resp.Header.Revision, true
