@@ -233,8 +233,13 @@ const maxUncertain = 32
 // key attached to the session's lease in one transaction, during which
 // no other write of the cluster applies; the bound keeps that transaction
 // small (kube-apiserver caps its leases at 1,000 attached keys for this
-// reason, kubernetes#96836). It costs a keep-alive stream per thousand
-// records held, renewed every third of the TTL.
+// reason, kubernetes#96836). Measured on one embedded etcd member (a
+// loaded 2-core machine, an unrelated client putting a key in a loop), the
+// revoke of a lease with 1,000 keys took 3.5 ms and the longest put 6 ms,
+// as with 100 keys; with 10,000 keys 112 ms and 108 ms, with 100,000
+// 1.17 s and 1.17 s: the stall grows faster than the keys. The bound costs
+// one more session lease, renewed every third of its TTL, per thousand
+// records.
 const maxSessionRecords = 1000
 
 // errRetired ends a tainted or full session that nothing uses any more.
