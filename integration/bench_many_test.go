@@ -30,9 +30,10 @@ import (
 // BenchmarkManyLocks holds n locks with one Client (or Session) on an etcd
 // in a separate process, so the heap figures are the client's alone. It
 // reports acquisitions per second (64 at a time), client heap per held
-// lock, keep-alive requests per second while holding them all (one
-// session lease, so it must not grow with n; measured over two keep-alive
-// periods of the 10 s TTL, so one more or less is window alignment), and
+// lock, keep-alive requests per second while holding them all (fencekit:
+// one session lease per 1,000 locks, each renewed every TTL/3; etcd's
+// Mutex: one session; measured over two keep-alive periods of the 10 s
+// TTL, so one more or less per session is window alignment), and
 // the watchers etcd keeps for the client while it holds them: the gauge
 // etcd_debugging_mvcc_watcher_total read from the member's /metrics
 // endpoint (etcd's client URL serves it), with nobody else connected.

@@ -339,6 +339,15 @@ func BenchmarkCycle(b *testing.B) {
 			{"lockdelay", loop(fencekitCycle(delayed, "lock", lease.WithLockDelay(time.Second)))},
 		}, [][2]string{{"lockdelay", "plain"}})
 	})
+	b.Run("leasettl", func(b *testing.B) {
+		// The price of WithLeaseTTL: the option's validation and the
+		// lookup of the current session of its TTL (a second session of
+		// the same Client, granted in the warm-up).
+		interleave(b, plan{rounds: 30, ops: 50, warmup: 50}, []arm{
+			{"plain", loop(fencekitCycle(fk, "ttl-plain"))},
+			{"leasettl", loop(fencekitCycle(fk, "ttl-option", lease.WithLeaseTTL(5*time.Second)))},
+		}, [][2]string{{"leasettl", "plain"}})
+	})
 }
 
 // drainWatch watches key through cli, and reads and drops its events,

@@ -265,7 +265,7 @@ func (a *acquisition) label() string {
 // transaction, and waits until every one is admitted.
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	c := a.c
-	s, err := c.session(ctx)
+	s, keys, err := c.session(ctx, a.ttl(), a.slotReqs())
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	defer cancel(nil)
 	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
 	defer stop()
-	ms, err := a.members(ctx, s)
+	ms, err := a.members(ctx, s, keys)
 	if err != nil {
 		return nil, a.drop(callerCtx, s, ms, nil, false, err)
 	}
@@ -303,16 +303,35 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	return leases, nil
 }
 
-// members prepares, on session s, a member per request: a record key, an
-// owner token, a lock-delay marker if asked for, and the watch of the key.
-// On error it returns the members prepared so far, for drop.
-func (a *acquisition) members(ctx context.Context, s *session) ([]*member, error) {
+// ttl is the TTL of the session the acquisition's records go on: its
+// WithLeaseTTL, or the Client's.
+func (a *acquisition) ttl() time.Duration {
+	if d := a.reqs[0].ttl; d > 0 {
+		return d
+	}
+	return a.c.cfg.ttl
+}
+
+// slotReqs are the locks of the acquisition's records, for the session to
+// claim their keys.
+func (a *acquisition) slotReqs() []slotReq {
+	rs := make([]slotReq, len(a.reqs))
+	for i, req := range a.reqs {
+		rs[i] = slotReq{dir: lockDir(a.c.cfg.prefix, req.name), suffix: req.kind.suffix()}
+	}
+	return rs
+}
+
+// members prepares, on session s, a member per request: its record key
+// (keys, claimed on s), an owner token, a lock-delay marker if asked for,
+// and the watch of the key. On error it returns the members prepared so
+// far, for drop, and frees the keys of the others.
+func (a *acquisition) members(ctx context.Context, s *session, keys []string) ([]*member, error) {
 	c := a.c
 	ms := make([]*member, 0, len(a.reqs))
-	for _, req := range a.reqs {
+	for i, req := range a.reqs {
 		tok := c.src.New()
-		dir := lockDir(c.cfg.prefix, req.name)
-		key := s.claimSlot(dir, req.kind.suffix())
+		dir, key := lockDir(c.cfg.prefix, req.name), keys[i]
 		val := encodeValue(tok.Value(), 1, req.payload)
 		w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 			wakec: make(chan struct{}, 1), queued: time.Now(), rec: &entry{value: val}}
@@ -326,7 +345,9 @@ func (a *acquisition) members(ctx context.Context, s *session) ([]*member, error
 			err = c.recs.subscribe(w)
 		}
 		if err != nil {
-			s.freeSlot(key)
+			for _, k := range keys[i:] {
+				s.freeSlot(k)
+			}
 			return ms, err
 		}
 		ms = append(ms, m)

@@ -11,7 +11,7 @@ import (
 )
 
 // An AcquireOption sets something for one acquisition (Acquire, TryAcquire,
-// Do).
+// Do, AcquireAll, TryAcquireAll).
 type AcquireOption interface {
 	apply(*request) error
 }
@@ -39,6 +39,35 @@ func WithMaxHold(d time.Duration) AcquireOption {
 			return fmt.Errorf("%w: maximum hold %v is not positive", ErrInvalidOption, d)
 		}
 		r.maxHold = d
+		return nil
+	})
+}
+
+// WithLeaseTTL sets the TTL of this acquisition's record, in place of the
+// Client's (WithTTL): the record goes on a session lease of that TTL,
+// which the Client grants on first use and keeps as it keeps its own (one
+// current session per TTL in use, renewed every third of its TTL). The
+// TTL is how long others wait for the lock when this holder stops
+// (crashes, pauses, is partitioned); a lease of TTL d whose renewals stop
+// being confirmed ends d less the safety margin after the last confirmed
+// renewal was sent, whatever the Client's TTL.
+//
+// d must be a whole number of seconds (etcd counts TTLs in seconds),
+// between 1 s and 1 h, and more than twice the Client's safety margin when
+// WithSafetyMargin set it (otherwise a session of TTL d gets the default
+// margin, a tenth of d and at least 50 ms). A bad d fails with a *TTLError
+// (matching ErrInvalidOption) before anything is written; a d below the
+// etcd server's minimum fails the acquisition with ErrTTLTooShort, as
+// WithTTL does, and nothing is held.
+func WithLeaseTTL(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(r *request) error {
+		switch {
+		case d < time.Second || d > time.Hour:
+			return &TTLError{TTL: d, Reason: "outside [1s, 1h]"}
+		case d%time.Second != 0:
+			return &TTLError{TTL: d, Reason: "not a whole number of seconds"}
+		}
+		r.ttl = d
 		return nil
 	})
 }
@@ -91,6 +120,30 @@ func newRequest(name string, try bool, opts []AcquireOption) (request, error) {
 			return request{}, err
 		}
 	}
+	return req, nil
+}
+
+// withTTLOnly returns req with the TTL of opts, the options of a
+// semaphore's, a read/write lock's or an election's acquisition, of which
+// only WithLeaseTTL applies; any other is an error matching
+// ErrInvalidOption.
+func withTTLOnly(req request, opts []AcquireOption) (request, error) {
+	if len(opts) == 0 {
+		return req, nil
+	}
+	var r request
+	for _, o := range opts {
+		if o == nil {
+			return request{}, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o.apply(&r); err != nil {
+			return request{}, err
+		}
+	}
+	if ttl := r.ttl; r != (request{ttl: ttl}) {
+		return request{}, fmt.Errorf("%w: only WithLeaseTTL applies to a %s", ErrInvalidOption, req.op)
+	}
+	req.ttl = r.ttl
 	return req, nil
 }
 

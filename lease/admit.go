@@ -270,4 +270,7 @@ type request struct {
 	maxHold time.Duration // see WithMaxHold; 0: no cap
 	// lockDelay is the delay of WithLockDelay, in whole seconds; 0: none.
 	lockDelay time.Duration
+	// ttl is the TTL of WithLeaseTTL: the TTL of the session the record
+	// goes on; 0: the Client's.
+	ttl time.Duration
 }

@@ -16,12 +16,14 @@ import (
 // MaxNameLen is the longest lock name, in bytes (fence.MaxNameLen).
 const MaxNameLen = fence.MaxNameLen
 
-// Client acquires leases on etcd. It owns one etcd session lease, kept alive
-// in the background, to which the records of all its leases are attached;
-// it is created on the first Acquire and again after it is lost.
+// Client acquires leases on etcd. The records of its leases are attached
+// to its etcd session leases, kept alive in the background: one session
+// per thousand records held (see the cost model in the package doc) and
+// per TTL (WithLeaseTTL), granted by the first Acquire that needs it and
+// again after one is lost.
 //
 // A Client is safe for concurrent use. Close it when done: Close revokes
-// the session, which ends every lease the Client holds.
+// its sessions, which ends every lease the Client holds.
 //
 // Inside, a Client is its configuration, its session lifecycle (sessions)
 // and its records table (recs), which owns its watches and every record
@@ -61,7 +63,8 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	if cfg.margin == 0 {
+	fixedMargin := cfg.margin != 0
+	if !fixedMargin {
 		cfg.margin = max(cfg.ttl/10, 50*time.Millisecond)
 	}
 	if cfg.margin*2 >= cfg.ttl {
@@ -92,8 +95,11 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		log:    cfg.obs.Logger,
 		bg:     newGroup(),
 		sessions: sessionSet{
-			live:    map[*session]struct{}{},
-			checked: map[string]struct{}{},
+			bound:       maxSessionRecords,
+			fixedMargin: fixedMargin,
+			cur:         map[time.Duration]*session{},
+			live:        map[*session]struct{}{},
+			checked:     map[string]struct{}{},
 		},
 	}
 	c.recs = newRecords(cli, c.bg, c.log, cfg, c, met)

@@ -23,12 +23,17 @@
 //
 // # How it works
 //
-// Each Client owns one etcd session lease, renewed in the background every
-// third of its TTL. An acquisition writes a record under
+// Each Client owns etcd session leases, each renewed in the background
+// every third of its TTL: a current one per TTL in use (the Client's, see
+// WithTTL, and any of WithLeaseTTL), to which new records are attached
+// until it carries 1,000 of them; the Client then grants another for later
+// acquisitions, keeps renewing the full one while it holds or waits with
+// any record, and revokes it once it does not. An acquisition writes a
+// record under
 // <prefix><name>/<session>-<slot> in one transaction (the Client reuses a
 // slot once its record is gone, so etcd's key index does not grow with
 // every acquisition): its value holds a fresh owner token
-// (package owner) and a hold count, and it is attached to the session. The
+// (package owner) and a hold count, and it is attached to a session. The
 // record whose creation revision is lowest holds the lock; the others wait
 // in that order (FIFO across processes), each woken by its Client's watch
 // of the record ahead of it when that record goes. The creation
@@ -102,6 +107,17 @@
 // With K own record keys in use, W waiting acquisitions and S of them semaphore
 // waiters, a Client costs etcd:
 //
+//   - sessions: one etcd lease per 1,000 records held or waited with (or
+//     fewer: a session that cannot take a whole set's records is closed to
+//     new ones, and a set larger than that takes a new session of its own),
+//     per TTL in use, each renewed with one keep-alive every TTL/3: with
+//     100,000 locks held and the default TTL, 100 sessions and 30
+//     keep-alives per second. When a session ends (revoked by Close, or
+//     expired after the Client died), etcd deletes its keys in one
+//     transaction, during which no other write of the cluster applies; the
+//     bound keeps each such transaction to 1,000 deletes (kube-apiserver
+//     caps its leases alike), so a big holder's death is many small
+//     revocations rather than one that stalls the cluster;
 //   - watchers: one per session, of the requests to release its records
 //     (Admin.RequestRelease; no event until someone asks), plus at most
 //     K + W (S semaphore waiters of one lock share one directory watch);
@@ -298,7 +314,12 @@
 // lease after d even while renewals succeed (cause ErrMaxHold), before its
 // record is deleted so that the next holder starts after the end;
 // WithMetadata(text) stores a short note with the record, which Inspect
-// (Record.Value) and Lease.Metadata show. Admin.RequestRelease asks the
+// (Record.Value) and Lease.Metadata show; WithLeaseTTL(d) attaches the
+// record to a session of TTL d rather than the Client's, so that one Client
+// holds short-TTL locks (a quick takeover when it dies) next to long ones
+// (room for long pauses). AcquireAll and TryAcquireAll take them too;
+// semaphores, read/write locks and Campaign take WithLeaseTTL only.
+// Admin.RequestRelease asks the
 // holder of a given fence to let go, without taking anything: the
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
@@ -437,8 +458,10 @@
 // `etcdutl snapshot restore --bump-revision` (and marking compacted) can
 // hand out tokens that repeat; don't.
 //
-// All leases of a Client share its session: a session lost to a partition
-// ends all of them together. Use several Clients to isolate them.
+// The leases of a Client share its sessions (up to 1,000 on each): a
+// partition that outlasts a session ends every lease on it, and the
+// sessions of one Client, renewed over one connection, usually end
+// together. Use several Clients to isolate them.
 //
 // A crashed holder's locks are free once etcd expires its session: within
 // a TTL of its last renewal, plus up to 500 ms (etcd looks for expired
@@ -450,7 +473,7 @@
 // of sessions expire at once their locks are freed over seconds. The
 // revocation of a session deletes all of its records in one transaction,
 // during which etcd applies no other write: it grows with the records the
-// session held (the integration module's TestLeaderKillWhileLeasePending,
+// session held, at most 1,000 (see the cost model) (the integration module's TestLeaderKillWhileLeasePending,
 // TestMassExpiry and BenchmarkRevokeStorm measure all three; the README's
 // Performance section has the figures).
 //

@@ -109,12 +109,19 @@ func (l Leader) IsZero() bool { return l.Term.Revision == 0 }
 // returns its term. ctx bounds only the wait; on error nothing is left
 // behind. Errors are as for Client.Acquire; a term that ended before
 // Campaign could return it (lost while publishing its start) is an error
-// matching ErrRetryable and ErrLost, never a returned Term.
-func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+// matching ErrRetryable and ErrLost, never a returned Term. Of the
+// AcquireOptions only WithLeaseTTL applies (the others are an error
+// matching ErrInvalidOption): the term's TTL, how long the election waits
+// for a leader that stopped.
+func (e *Election) Campaign(ctx context.Context, value string, opts ...AcquireOption) (*Term, error) {
 	if err := validValue(value); err != nil {
 		return nil, err
 	}
-	l, err := e.c.acquire(ctx, request{name: e.name, kind: exclusive, payload: encodePayload(time.Time{}, value), op: "campaign"})
+	req, err := withTTLOnly(request{name: e.name, kind: exclusive, payload: encodePayload(time.Time{}, value), op: "campaign"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := e.c.acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}

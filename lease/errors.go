@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -151,6 +152,20 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // Unwrap returns the cause.
 func (e *LostError) Unwrap() error { return e.Cause }
+
+// TTLError reports a TTL of WithLeaseTTL the Client cannot use. It
+// matches ErrInvalidOption; nothing was written.
+type TTLError struct {
+	TTL    time.Duration // the TTL asked for
+	Reason string        // what is wrong with it
+}
+
+func (e *TTLError) Error() string {
+	return fmt.Sprintf("%s: lease TTL %v: %s", ErrInvalidOption, e.TTL, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidOption.
+func (e *TTLError) Is(target error) bool { return target == ErrInvalidOption }
 
 // LeftBehindError is the error of a try (TryAcquire, TryAcquireAll,
 // TryLock, TryRLock, Semaphore.TryAcquire) that failed and could not

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/fencekit/fencekit/lease/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -35,6 +36,13 @@ type records struct {
 	waiters map[string]*waiter // own record key -> waiter
 	byDir   map[string]map[*waiter]struct{}
 	orphans map[string]orphan // record key -> record to delete
+	// uses counts, per session, its leases in held and its waiters in
+	// waiters, so that whether a session is unused is known without a
+	// scan (see retireUnused); a session without any has no entry.
+	uses map[*session]int
+	// swept is when sweep last ran (see sweep); ttl is the Client's TTL.
+	swept time.Time
+	ttl   time.Duration
 }
 
 // sessionKeeper is what the table asks of the Client's session lifecycle.
@@ -56,6 +64,8 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		waiters: map[string]*waiter{},
 		byDir:   map[string]map[*waiter]struct{}{},
 		orphans: map[string]orphan{},
+		uses:    map[*session]int{},
+		ttl:     cfg.ttl,
 	}
 	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
 		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
@@ -124,6 +134,7 @@ func (t *records) subscribe(w *waiter) error {
 		w.block = t.watches.Hold(w.dir, true) // a permit may come from any holder
 	}
 	t.waiters[w.key] = w
+	t.uses[w.sess]++
 	if t.byDir[w.dir] == nil {
 		t.byDir[w.dir] = map[*waiter]struct{}{}
 	}
@@ -154,7 +165,7 @@ func (t *records) replace(w *waiter, l *Lease) error {
 		}
 		return fmt.Errorf("session ended while acquiring: %w", err)
 	}
-	t.held[w.key] = l
+	t.hold(l)
 	if w.rec.askRev == l.rev {
 		l.asked.request(w.rec.askTo) // asked while it was being admitted
 	}
@@ -213,10 +224,13 @@ func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
 		return 0, false
 	}
 	for k, l := range t.held {
+		if t.uses[s] == 0 {
+			break // none of s's left: the scan is over
+		}
 		if l.sess != s {
 			continue
 		}
-		delete(t.held, k)
+		t.unhold(k)
 		switch {
 		case !closing && l.rec.rel == relPending:
 			released = append(released, ending{l, ErrReleased})
@@ -238,11 +252,15 @@ func (t *records) dropSession(s *session, cause error) (lost int, ended bool) {
 }
 
 // sweep stops the watches nothing has used for a TTL; it runs after every
-// session renewal.
+// session renewal, and does its work (a scan of every watch) at most once
+// per third of the Client's TTL, however many sessions renew.
 func (t *records) sweep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.watches.Sweep()
+	if now := time.Now(); now.Sub(t.swept) >= t.ttl/3 {
+		t.swept = now
+		t.watches.Sweep()
+	}
 }
 
 // put applies a watch event: key written with kv. Keys are reused, so an
@@ -259,7 +277,7 @@ func (t *records) put(kv *mvccpb.KeyValue) {
 	tok, _, ok := decodeValue(kv.Value)
 	if l := t.held[key]; l != nil && rev > l.rev && l.rec.rel == relNone {
 		if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
-			delete(t.held, key)
+			t.unhold(key)
 			ends = append(ends, ending{l, l.lostError(ErrKeyOverwritten)})
 		}
 	}
@@ -315,7 +333,7 @@ func (t *records) resync(covers func(string) bool, present map[string]*mvccpb.Ke
 			continue
 		}
 		if l.rec.rel == relNone && !ownedBy(kv.Value, l.owner.Value()) {
-			delete(t.held, k)
+			t.unhold(k)
 			ends = append(ends, ending{l, l.lostError(ErrKeyOverwritten)})
 		}
 	}
@@ -340,7 +358,10 @@ func (t *records) used(key string) bool {
 func (t *records) unlink(w *waiter) {
 	t.watches.Drop(w.block)
 	w.block = nil
-	delete(t.waiters, w.key)
+	if t.waiters[w.key] == w {
+		delete(t.waiters, w.key)
+		t.unuse(w.sess)
+	}
 	if ws := t.byDir[w.dir]; ws != nil {
 		delete(ws, w)
 		if len(ws) == 0 {
@@ -388,7 +409,7 @@ func (t *records) headed(key string, rev, at int64) {
 // session that l kept alive may retire. t.mu is held.
 func (t *records) finish(l *Lease, recordGone bool) {
 	if t.held[l.key] == l {
-		delete(t.held, l.key)
+		t.unhold(l.key)
 	}
 	l.rec.rel = relNone
 	if recordGone {
@@ -397,23 +418,37 @@ func (t *records) finish(l *Lease, recordGone bool) {
 	t.retireUnused(l.sess)
 }
 
-// retireUnused retires s if it is tainted and nothing held or waiting
-// uses it. t.mu is held.
+// retireUnused retires s if it is tainted or full and nothing held or
+// waiting uses it. t.mu is held.
 func (t *records) retireUnused(s *session) {
-	if t.closed || !s.retirable() {
+	if t.closed || t.uses[s] > 0 || !s.retirable() {
 		return
 	}
-	for _, l := range t.held {
-		if l.sess == s {
-			return
-		}
-	}
-	for _, w := range t.waiters {
-		if w.sess == s {
-			return
-		}
-	}
 	t.keeper.retire(s)
+}
+
+// hold makes l the holder of its record key. t.mu is held.
+func (t *records) hold(l *Lease) {
+	if old := t.held[l.key]; old != nil {
+		t.unuse(old.sess)
+	}
+	t.held[l.key] = l
+	t.uses[l.sess]++
+}
+
+// unhold forgets the holder of key. t.mu is held.
+func (t *records) unhold(key string) {
+	if l := t.held[key]; l != nil {
+		delete(t.held, key)
+		t.unuse(l.sess)
+	}
+}
+
+// unuse counts one lease or waiter of s less. t.mu is held.
+func (t *records) unuse(s *session) {
+	if t.uses[s]--; t.uses[s] <= 0 {
+		delete(t.uses, s)
+	}
 }
 
 // startRelease marks l's Release of its last hold as in flight and reports

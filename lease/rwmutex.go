@@ -36,21 +36,23 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 func (rw *RWMutex) Name() string { return rw.name }
 
 // Lock blocks until it holds the write lock, and returns it as a fenced
-// Lease. Errors are as for Client.Acquire.
-func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
-	return rw.c.acquire(ctx, request{name: rw.name, kind: exclusive, op: "lock"})
+// Lease. Errors are as for Client.Acquire. Of the AcquireOptions only
+// WithLeaseTTL applies, to Lock, TryLock, RLock and TryRLock alike (the
+// others are an error matching ErrInvalidOption).
+func (rw *RWMutex) Lock(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return rw.acquire(ctx, request{name: rw.name, kind: exclusive, op: "lock"}, opts)
 }
 
 // TryLock takes the write lock if nobody holds or waits for the lock, and
 // returns an error matching ErrHeld at once otherwise.
-func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return rw.c.acquire(ctx, request{name: rw.name, kind: exclusive, try: true, op: "lock"})
+func (rw *RWMutex) TryLock(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
+	return rw.acquire(ctx, request{name: rw.name, kind: exclusive, try: true, op: "lock"}, opts)
 }
 
 // RLock blocks until it holds a read lock, and returns it as a Permit.
 // Errors are as for Client.Acquire.
-func (rw *RWMutex) RLock(ctx context.Context) (*Permit, error) {
-	l, err := rw.c.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, op: "read-lock"})
+func (rw *RWMutex) RLock(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
+	l, err := rw.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, op: "read-lock"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +63,19 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Permit, error) {
 // returns an error matching ErrHeld at once otherwise, once the record it
 // wrote to find out is deleted (see TryAcquireAll for a delete whose reply
 // is lost).
-func (rw *RWMutex) TryRLock(ctx context.Context) (*Permit, error) {
-	l, err := rw.c.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, try: true, op: "read-lock"})
+func (rw *RWMutex) TryRLock(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
+	l, err := rw.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, try: true, op: "read-lock"}, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Permit{l: l}, nil
+}
+
+// acquire takes the lock req asks for, with the TTL of opts.
+func (rw *RWMutex) acquire(ctx context.Context, req request, opts []AcquireOption) (*Lease, error) {
+	req, err := withTTLOnly(req, opts)
+	if err != nil {
+		return nil, err
+	}
+	return rw.c.acquire(ctx, req)
 }

@@ -48,9 +48,15 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Size() int { return s.n }
 
 // Acquire blocks until it holds a permit and returns it. ctx bounds only
-// the wait. Errors are as for Client.Acquire, plus ErrMismatch.
-func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
-	l, err := s.c.acquire(ctx, request{name: s.name, kind: recordKind{limit: s.n}, op: "acquire permit"})
+// the wait. Errors are as for Client.Acquire, plus ErrMismatch. Of the
+// AcquireOptions only WithLeaseTTL applies (the others are an error
+// matching ErrInvalidOption).
+func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
+	req, err := withTTLOnly(request{name: s.name, kind: recordKind{limit: s.n}, op: "acquire permit"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.c.acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -60,9 +66,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 // TryAcquire takes a permit if one is free and nobody waits ahead, and
 // returns an error matching ErrHeld at once otherwise, once the record it
 // wrote to find out is deleted (see Client.TryAcquireAll for a delete whose
-// reply is lost). ctx bounds the requests.
-func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
-	l, err := s.c.acquire(ctx, request{name: s.name, kind: recordKind{limit: s.n}, try: true, op: "acquire permit"})
+// reply is lost). ctx bounds the requests. Options are as for Acquire.
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
+	req, err := withTTLOnly(request{name: s.name, kind: recordKind{limit: s.n}, try: true, op: "acquire permit"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.c.acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -13,16 +13,23 @@ import (
 )
 
 // sessionSet is a Client's session lifecycle: the session new
-// acquisitions use, every session not yet ended, and whether the Client
-// is closed.
+// acquisitions use, one per TTL, every session not yet ended, and whether
+// the Client is closed.
 type sessionSet struct {
 	grant   grantMutex          // serialises session creation
 	checked map[string]struct{} // endpoints whose version was checked; guarded by grant
+	// bound is the number of records a session takes (maxSessionRecords;
+	// tests lower it before the first acquisition).
+	bound int
+	// fixedMargin: the Client's safety margin was set (WithSafetyMargin),
+	// so every session uses it; otherwise a session whose TTL is not the
+	// Client's gets the default margin of its own TTL.
+	fixedMargin bool
 
 	mu     sessionsMutex // guards the fields below
 	closed bool
-	cur    *session              // the session new acquisitions use; nil if none
-	live   map[*session]struct{} // every session not yet ended
+	cur    map[time.Duration]*session // per TTL, the session new acquisitions use
+	live   map[*session]struct{}      // every session not yet ended
 }
 
 // close marks the set closed and returns its live sessions; ok is false
@@ -44,42 +51,63 @@ func (ss *sessionSet) close() (live []*session, ok bool) {
 func (ss *sessionSet) remove(s *session) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.cur == s {
-		ss.cur = nil
+	if ss.cur[s.ttl] == s {
+		delete(ss.cur, s.ttl)
 	}
 	delete(ss.live, s)
 }
 
-// session returns the Client's current session, granting one if there is
-// none or the current one is tainted.
-func (c *Client) session(ctx context.Context) (*session, error) {
-	if s, err := c.liveSession(); s != nil || err != nil {
-		return s, err
+// session returns a session of TTL ttl on which the Client claimed the
+// record keys of reqs (see session.claimSlots): the current session of
+// that TTL, or a new one granted when there is none or the current one is
+// tainted, full, or has no room for them.
+func (c *Client) session(ctx context.Context, ttl time.Duration, reqs []slotReq) (*session, []string, error) {
+	for {
+		s, err := c.liveSession(ttl)
+		if err != nil {
+			return nil, nil, err
+		}
+		if s == nil {
+			if s, err = c.grantSession(ctx, ttl); err != nil {
+				return nil, nil, err
+			}
+		}
+		if keys, ok := s.claimSlots(reqs); ok {
+			return s, keys, nil
+		}
+		// Full or tainted since: the next round grants another.
 	}
+}
+
+// grantSession returns the current session of TTL ttl if it is usable,
+// or grants one and makes it current.
+func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session, error) {
 	c.sessions.grant.Lock()
 	defer c.sessions.grant.Unlock()
-	if s, err := c.liveSession(); s != nil || err != nil {
+	if s, err := c.liveSession(ttl); s != nil || err != nil {
 		return s, err
+	}
+	margin, err := c.marginFor(ttl)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.checkServers(ctx); err != nil {
 		return nil, err
 	}
 	sent := time.Now()
-	resp, err := c.etcd.Grant(ctx, int64(c.cfg.ttl/time.Second))
+	resp, err := c.etcd.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(rpcError(err), ctx.Err()))
 	}
-	ttl := time.Duration(resp.TTL) * time.Second
-	if ttl != c.cfg.ttl {
+	if got := time.Duration(resp.TTL) * time.Second; got != ttl {
 		// etcd raises a TTL below its minimum without saying so; a holder
 		// would then block others longer than configured.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), got)
 		_, _ = c.etcd.Revoke(rctx, resp.ID)
 		cancel()
 		return nil, fmt.Errorf("%w: asked for %v, etcd granted %v, its minimum (1.5 election timeouts): "+
-			"use lease.WithTTL(%v) or more, or run etcd with a shorter --election-timeout", ErrTTLTooShort, c.cfg.ttl, ttl, ttl)
+			"use a TTL of %v or more, or run etcd with a shorter --election-timeout", ErrTTLTooShort, ttl, got, got)
 	}
-	margin := min(c.cfg.margin, ttl/2)
 	s := &session{
 		id:         resp.ID,
 		keyID:      fmt.Sprintf("%016x-", int64(resp.ID)),
@@ -87,6 +115,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		margin:     margin,
 		validUntil: sent.Add(ttl - margin),
 		slots:      map[string]struct{}{},
+		bound:      c.sessions.bound,
 	}
 	s.fin.init()
 	ss := &c.sessions
@@ -96,8 +125,8 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 		_ = c.revoke(s)
 		return nil, ErrClosed
 	}
-	old := ss.cur
-	ss.cur = s
+	old := ss.cur[ttl]
+	ss.cur[ttl] = s
 	ss.live[s] = struct{}{}
 	s.armDeadline(func() { c.onDeadline(s) })
 	c.bg.spawn(func() { c.keepAlive(s) })
@@ -110,22 +139,39 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-// liveSession returns the current session if it is usable for a new
-// acquisition, nil if a new one must be granted.
-func (c *Client) liveSession() (*session, error) {
+// marginFor returns the safety margin of a session of TTL ttl: the
+// Client's (see WithSafetyMargin) for its own TTL, or when it was set;
+// otherwise the default, a tenth of ttl and at least 50 ms. A margin that
+// is not less than half of ttl is a *TTLError.
+func (c *Client) marginFor(ttl time.Duration) (time.Duration, error) {
+	margin := c.cfg.margin
+	if ttl != c.cfg.ttl && !c.sessions.fixedMargin {
+		margin = max(ttl/10, 50*time.Millisecond)
+	}
+	if margin*2 >= ttl {
+		return 0, &TTLError{TTL: ttl, Reason: fmt.Sprintf("not more than twice the safety margin %v", margin)}
+	}
+	return margin, nil
+}
+
+// liveSession returns the current session of TTL ttl if it is usable for
+// a new acquisition, nil if a new one must be granted.
+func (c *Client) liveSession(ttl time.Duration) (*session, error) {
 	ss := &c.sessions
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
 		return nil, ErrClosed
 	}
-	// An ended session stays cur until endSession removes it, after the
-	// records table dropped it: an acquisition that picked it then would
-	// only fail with errRetired, again and again while the window lasts.
-	if ss.cur != nil && (ss.cur.isTainted() || ss.cur.failure() != nil) {
+	// An ended session stays current until endSession removes it, after
+	// the records table dropped it: an acquisition that picked it then
+	// would only fail with errRetired, again and again while the window
+	// lasts.
+	s := ss.cur[ttl]
+	if s != nil && (s.closedToNew() || s.failure() != nil) {
 		return nil, nil
 	}
-	return ss.cur, nil
+	return s, nil
 }
 
 // revoke revokes s, bounded by the TTL.
@@ -139,7 +185,7 @@ func (c *Client) revoke(s *session) error {
 	return nil
 }
 
-// retire ends and revokes s, tainted and unused (see
+// retire ends and revokes s, tainted or full and unused (see
 // records.retireUnused), in the background.
 func (c *Client) retire(s *session) {
 	c.bg.spawn(func() {

@@ -482,7 +482,10 @@ func otherTarget(rw row, unit string, fk float64, hasFK bool, hi float64, hasHi 
 	case rw.bench == "ManyLocks" && unit == "heapB/lock":
 		return check(fk <= 2048, "≤ 2 KiB per lock")
 	case rw.bench == "ManyLocks" && unit == "keepalives/s":
-		return check(fk <= 0.5, "constant: one per TTL/3 whatever n (≤ 0.5/s)")
+		// A session per 1,000 records, renewed every TTL/3 (10 s).
+		n, _ := strconv.Atoi(strings.TrimPrefix(rw.param, "n="))
+		sessions := float64((n + 999) / 1000)
+		return check(fk <= 0.35*sessions, "one per 1,000 locks per TTL/3 (≤ 0.35/s per 1,000 locks)")
 	case rw.bench == "RevokeStorm" && unit == "p99-ratio":
 		return "≤ 1.5x (median over rounds)", verdict(fk <= 1.5, !hasHi || hi <= 1.5)
 	case rw.bench == "CrashTakeover" && unit == "p99-ms" && rw.param == "m=1,ttl=2s":
