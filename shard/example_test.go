@@ -11,28 +11,11 @@ import (
 	"slices"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/etcdproc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/shard"
 	"github.com/fencekit/fencekit/sqlguard"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	_ "modernc.org/sqlite"
 )
-
-// exampleEtcd starts a one-member etcd for the examples (a separate
-// process; a user's program connects to its own cluster instead) and
-// returns a client and a function that closes both.
-func exampleEtcd() (*clientv3.Client, func()) {
-	cluster, err := etcdproc.Start(etcdproc.Config{NoFsync: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	cli, err := cluster.NewClient()
-	if err != nil {
-		log.Fatal(err)
-	}
-	return cli, func() { cli.Close(); cluster.Close() }
-}
 
 // A member joins a group of 4 shards and, alone, owns them all. Each
 // Gained event's Context carries the shard's fencing token and is
