@@ -154,7 +154,7 @@ func ExampleLock_RunTerms() {
 // controller"). Not run: it needs an API server.
 func ExampleNewComposite() {
 	var clientset kubernetes.Interface // the Pod's
-	var etcdClient *clientv3.Client   // fencekit's etcd
+	var etcdClient *clientv3.Client    // fencekit's etcd
 	podName := os.Getenv("POD_NAME")
 
 	leaseLock := &resourcelock.LeaseLock{ // exactly what the old binary uses
