@@ -42,7 +42,11 @@ type Composite struct {
 	won  *leadership // the term under which this candidate last wrote the Lease as its holder
 	held *leadership // won, while the Lease is not released yet
 	last resourcelock.LeaderElectionRecord
-	wg   sync.WaitGroup
+	// holder is the Lease's holder as last read or written: a release
+	// never writes a Lease that another candidate took meanwhile
+	// (client-go's release decides by the record it last observed).
+	holder string
+	wg     sync.WaitGroup
 }
 
 // NewComposite returns the Composite of leaseLock (client-go's LeaseLock
@@ -92,7 +96,11 @@ func (c *Composite) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord
 	if _, err := c.term(ctx); err != nil {
 		return nil, nil, err
 	}
-	return c.lease.Get(ctx)
+	rec, raw, err := c.lease.Get(ctx)
+	if err == nil {
+		c.holder = rec.HolderIdentity
+	}
+	return rec, raw, err
 }
 
 // Create is Update through LeaseLock.Create: the Lease does not exist
@@ -205,7 +213,7 @@ func (c *Composite) write(ctx context.Context, ler resourcelock.LeaderElectionRe
 	if err := op(ctx, ler); err != nil {
 		return err
 	}
-	c.last = ler
+	c.last, c.holder = ler, ler.HolderIdentity
 	if c.won != ld {
 		c.won = ld
 		c.wg.Add(1)
@@ -224,12 +232,13 @@ func (c *Composite) release(ctx context.Context, ler resourcelock.LeaderElection
 	if ld != nil {
 		l.stop(ld, lease.ErrReleased)
 	}
-	if c.held != nil {
+	if c.held != nil && c.holder == l.identity {
 		if err := c.lease.Update(ctx, ler); err != nil {
 			return err // client-go retries a conflict
 		}
-		c.held = nil
+		c.holder = ""
 	}
+	c.held = nil
 	if ld == nil {
 		return nil
 	}
@@ -246,7 +255,7 @@ func (c *Composite) releaseAfterLoss(ld *leadership) {
 	c.fk.stop(ld, cmpErr(context.Cause(ld.tctx), ErrTermEnded))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.held != ld {
+	if c.held != ld || c.holder != c.fk.identity {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.fk.ttl)
@@ -260,7 +269,7 @@ func (c *Composite) releaseAfterLoss(ld *leadership) {
 			slog.String("lock", c.Describe()), slog.String("error", err.Error()))
 		return
 	}
-	c.held = nil
+	c.held, c.holder = nil, ""
 }
 
 var _ resourcelock.Interface = (*Composite)(nil)
