@@ -138,17 +138,6 @@ func rolloutRun(t *testing.T, s *kubetest.Server, members, cycles int) {
 	r.check(transitions, time.Since(begin))
 }
 
-// countKind counts the replicas of kind k.
-func (r *rollout) countKind(k kind) int {
-	n := 0
-	for _, p := range r.pods {
-		if p != nil && p.kind == k {
-			n++
-		}
-	}
-	return n
-}
-
 // replace replaces a replica of kind from (the leader when it is one) by
 // one of kind to. Step n decides the fault: 0 a rolling restart (the
 // replica is stopped: it releases), 1 the leader partitioned from the API
