@@ -107,11 +107,9 @@ func rolloutRun(t *testing.T, s *kubetest.Server, members, cycles int) {
 	r := &rollout{t: t, api: api, cfg: s.AdminConfig(), etcd: etcdtest.Start(t, etcdtest.WithMembers(members)), g: g,
 		tgt: guard.Target{Resource: "orders", Lock: fmt.Sprintf("orders-%d", members)}}
 	r.phase = func() string {
-		ks := make([]string, 0, roReplicas)
-		for _, p := range r.pods {
-			ks = append(ks, p.kind.String())
-		}
-		return fmt.Sprint(ks)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.phaseLocked()
 	}
 	defer r.stopAll()
 	for i := range r.pods {
@@ -135,7 +133,12 @@ func rolloutRun(t *testing.T, s *kubetest.Server, members, cycles int) {
 	}
 	r.stopAll()
 	r.bg.Wait()
-	r.check(transitions, time.Since(begin))
+	took := time.Since(begin)
+	deadline := time.Now().Add(5 * time.Second) // the last leader's stop is recorded by an AfterFunc
+	for r.leaderPod() >= 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.check(transitions, took)
 }
 
 // replace replaces a replica of kind from (the leader when it is one) by
@@ -169,7 +172,11 @@ func (r *rollout) replace(from, to kind, n int) {
 	if n%3 == 2 {
 		r.cut(old, true) // crashed: its releases never arrive
 		old.cancel()
-		r.bg.Go(func() { <-old.done; old.close() })
+		r.bg.Go(func() {
+			<-old.done
+			old.closeLinks() // a dead process's connections are gone
+			old.close()
+		})
 	} else {
 		old.cancel()
 		<-old.done
@@ -259,7 +266,15 @@ func (r *rollout) start(i int, k kind) {
 			le.Run(ctx)
 		}
 	}()
+	r.mu.Lock()
 	r.pods[i] = p
+	r.mu.Unlock()
+}
+
+func (p *pod) closeLinks() {
+	for _, px := range append([]*faults.Proxy{p.api}, p.etcdPs...) {
+		_ = px.Close()
+	}
 }
 
 func (p *pod) close() {
@@ -326,7 +341,7 @@ func (r *rollout) leaderPod() int {
 	for _, l := range slices.Backward(r.leads) {
 		if l.stop.IsZero() {
 			for i, p := range r.pods {
-				if p.name == l.pod {
+				if p != nil && p.name == l.pod {
 					return i
 				}
 			}
