@@ -22,21 +22,8 @@ import (
 // each leader's ctx carries its term's fencing token, and the second
 // leads only after the first stopped.
 func Example() {
-	dir, err := os.MkdirTemp("", "fencelock-example")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := etcdtest.StartCluster(context.Background(), etcdtest.Config{Dir: dir})
-	if err != nil {
-		panic(err)
-	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		panic(err)
-	}
-	defer cli.Close()
+	cli, stop := exampleEtcd() // your etcd client
+	defer stop()
 
 	tokens := make(chan fence.Token, 2)
 	candidate := func(ctx context.Context, identity string, done chan<- struct{}) {
@@ -89,21 +76,8 @@ func Example() {
 // term's runnables, waits until they returned and campaigns again, with a
 // higher token. Here the term is lost by revoking its etcd session.
 func ExampleLock_RunTerms() {
-	dir, err := os.MkdirTemp("", "fencelock-example")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := etcdtest.StartCluster(context.Background(), etcdtest.Config{Dir: dir})
-	if err != nil {
-		panic(err)
-	}
-	defer cluster.Close()
-	cli, err := cluster.NewClient()
-	if err != nil {
-		panic(err)
-	}
-	defer cli.Close()
+	cli, stop := exampleEtcd() // your etcd client
+	defer stop()
 	lock, err := fencelock.New(cli, "reports", "pod-a", fencelock.WithTTL(2*time.Second))
 	if err != nil {
 		panic(err)
@@ -185,4 +159,26 @@ func ExampleNewComposite() {
 		panic(err)
 	}
 	le.Run(context.Background())
+}
+
+// exampleEtcd starts an embedded etcd and returns a client of it, and a
+// func that closes both.
+func exampleEtcd() (*clientv3.Client, func()) {
+	dir, err := os.MkdirTemp("", "fencelock-example")
+	if err != nil {
+		panic(err)
+	}
+	cluster, err := etcdtest.StartCluster(context.Background(), etcdtest.Config{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	return cli, func() {
+		_ = cli.Close()
+		_ = cluster.Close()
+		_ = os.RemoveAll(dir)
+	}
 }
