@@ -155,7 +155,12 @@ func TestTermRunnerRealAPIServer(t *testing.T) {
 		w.mu.Lock()
 		seen := len(w.recs)
 		w.mu.Unlock()
-		waitFor(t, 10*time.Second, "a reconcile", func() bool {
+		waitFor(t, 10*time.Second, fmt.Sprintf("a reconcile in term %d", i+1), func() bool {
+			select {
+			case err := <-mgrDone:
+				t.Fatalf("the manager stopped in term %d: %v", i+1, err)
+			default:
+			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			return len(w.recs) > seen
