@@ -149,12 +149,19 @@ func TestTermRunnerRealAPIServer(t *testing.T) {
 		})
 		// A change of a config map is reconciled by this term's controller.
 		name := fmt.Sprintf("cm-%d", i)
+		w.mu.Lock()
+		seen := len(w.recs) // before the create: its reconcile may come before Create returns
+		w.mu.Unlock()
 		if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		w.mu.Lock()
-		seen := len(w.recs)
-		w.mu.Unlock()
+		defer func() {
+			if t.Failed() {
+				w.mu.Lock()
+				t.Logf("terms %v, %d reconciles, %d controllers running, lock: %v", w.terms, len(w.recs), w.running, lock.Check(nil))
+				w.mu.Unlock()
+			}
+		}()
 		waitFor(t, 10*time.Second, fmt.Sprintf("a reconcile in term %d", i+1), func() bool {
 			select {
 			case err := <-mgrDone:
