@@ -27,5 +27,8 @@
 // The manager leads at most once: as with any controller-runtime leader
 // election, a lost term stops the manager (Start returns "leader election
 // lost"); run a new manager (usually: let the process restart) with a new
-// Lock to campaign again.
+// Lock to campaign again. Or stay up: TermRunner, added to a manager that
+// does not elect, campaigns through the Lock and runs each term's
+// controllers (made anew per term on the manager's cache), stops them when
+// the term ends, waits until they returned, and campaigns again.
 package ctrlfence

@@ -83,6 +83,30 @@
 // Used through Config, a Lock campaigns again in the elector's next Run;
 // used without it (controller-runtime), it leads once.
 //
+// RunTerms runs the elector Run after Run for a process that stays up after
+// a lost term: each term's runnables (Terms.New) get the term's ctx; when
+// the term ends, their ctx is cancelled and RunTerms waits until every one
+// returned (at most Terms.StopTimeout, else a *StragglerError naming them)
+// before it campaigns again, with a strictly higher token. A Run whose term
+// ended is cancelled at once, so the next campaign does not wait for
+// client-go's RenewDeadline.
+//
+// # Adopting fencekit in a running controller
+//
+// Composite holds client-go's coordination.k8s.io Lease (through an
+// unmodified resourcelock.LeaseLock) and a Lock's term, and leads only
+// while it holds both, with the term's token. A controller that elects
+// with a LeaseLock moves to fencekit in three rolling updates: old ->
+// composite (wait until no old Pod exists, Terminating ones included) ->
+// fencekit only; rollback is the reverse. In the first mixed phase every
+// leader holds the Lease (the Composite writes it only through LeaseLock,
+// after confirming its term, and stops before releasing either lock), so
+// exclusion is client-go's LeaseLock's own; in the second, every leader
+// holds a term of the same election, so it is etcd's. Old and
+// fencekit-only replicas share no lock and must never run together. The
+// k8s README's "Adopting fencekit in a running controller" has the steps
+// and the argument in full.
+//
 // Health: Check (a healthz.Checker) fails when the term's validity, as
 // last confirmed, is about to end (WithHealthWindow), before the term's
 // Done closes, and after the term ended while the elector still runs.

@@ -87,6 +87,16 @@ func (l *Lock) Config(cfg leaderelection.LeaderElectionConfig) (leaderelection.L
 	switch {
 	case cfg.Lock != nil && cfg.Lock != resourcelock.Interface(l):
 		return cfg, fmt.Errorf("%w: Lock is another resourcelock", ErrConfig)
+	case l.armAtStart:
+		return cfg, fmt.Errorf("%w: the Lock is part of a Composite: use the Composite's Config", ErrConfig)
+	}
+	return l.configure(cfg, l)
+}
+
+// configure is Config for the resourcelock rl, l or the Composite that
+// holds l.
+func (l *Lock) configure(cfg leaderelection.LeaderElectionConfig, rl resourcelock.Interface) (leaderelection.LeaderElectionConfig, error) {
+	switch {
 	case cfg.Coordinated:
 		return cfg, fmt.Errorf("%w: Coordinated election decides by Kubernetes objects", ErrConfig)
 	case cfg.Callbacks.OnStartedLeading == nil || cfg.Callbacks.OnStoppedLeading == nil:
@@ -102,7 +112,7 @@ func (l *Lock) Config(cfg leaderelection.LeaderElectionConfig) (leaderelection.L
 	l.mu.Lock()
 	l.onStop = user.OnStoppedLeading
 	l.mu.Unlock()
-	cfg.Lock = l
+	cfg.Lock = rl
 	cfg.ReleaseOnCancel = true
 	if cfg.Name == "" {
 		cfg.Name = l.name
@@ -125,7 +135,7 @@ func (l *Lock) NewLeaderElector(cfg leaderelection.LeaderElectionConfig) (*leade
 // unless it has already stopped.
 func (l *Lock) started(ctx context.Context, start func(context.Context)) {
 	l.mu.Lock()
-	ld := l.lead
+	ld, onStop := l.lead, l.onStop
 	l.mu.Unlock()
 	if ld == nil {
 		return
@@ -140,6 +150,9 @@ func (l *Lock) started(ctx context.Context, start func(context.Context)) {
 		return
 	}
 	ld.cancel = func(cause error) { cancel(cause); tcancel() }
+	if l.armAtStart {
+		ld.onStop = onStop
+	}
 	ld.mu.Unlock()
 	// client-go cancels ctx when the Run's ctx ends and when its renewals
 	// fail: stop then, before it releases.
@@ -153,13 +166,29 @@ func (l *Lock) started(ctx context.Context, start func(context.Context)) {
 func (l *Lock) runEnded(userStop func()) {
 	l.mu.Lock()
 	ld := l.lead
-	l.lead = nil
 	l.mu.Unlock()
 	if ld == nil {
 		userStop()
 		return
 	}
-	l.stop(ld, errRunEnded)
+	l.drop(ld, errRunEnded)
+	ld.mu.Lock()
+	ran := ld.stopRan
+	ld.mu.Unlock()
+	if !ran { // a Composite's term that ended before its leader started
+		userStop()
+	}
+}
+
+// drop stops ld, resigns its term and forgets it, so that the next Update
+// campaigns again.
+func (l *Lock) drop(ld *leadership, cause error) {
+	l.mu.Lock()
+	if l.lead == ld {
+		l.lead = nil
+	}
+	l.mu.Unlock()
+	l.stop(ld, cause)
 	ctx, cancel := context.WithTimeout(context.Background(), l.ttl)
 	_ = l.resign(ctx, ld)
 	cancel()

@@ -41,6 +41,7 @@ type Lock struct {
 	validUntil time.Time // confirmed + TTL - margin
 	stopWithin time.Duration
 	onStop     func() // the OnStoppedLeading that Config wrapped
+	armAtStart bool   // a Composite's: onStop is armed when the leader starts, not at the campaign
 	bound      map[*leaderContext]context.CancelCauseFunc
 	closed     bool
 	wg         sync.WaitGroup
@@ -59,6 +60,7 @@ type leadership struct {
 	stopped bool
 	cancel  context.CancelCauseFunc // the ctx handed to OnStartedLeading
 	onStop  func()
+	stopRan bool // onStop ran
 	once    sync.Once
 }
 
@@ -233,7 +235,9 @@ func (l *Lock) campaign(ctx context.Context) error {
 		l.resignLater(ld)
 		return ErrClosed
 	}
-	ld.onStop = l.onStop
+	if !l.armAtStart {
+		ld.onStop = l.onStop
+	}
 	ld.unwatch = context.AfterFunc(ld.tctx, func() { l.stop(ld, context.Cause(ld.tctx)) })
 	l.lead = ld
 	l.mu.Unlock()
@@ -288,7 +292,8 @@ func (l *Lock) stop(ld *leadership, cause error) {
 	ld.once.Do(func() {
 		ld.mu.Lock()
 		ld.stopped = true
-		cancel := ld.cancel
+		cancel, onStop := ld.cancel, ld.onStop
+		ld.stopRan = onStop != nil
 		ld.mu.Unlock()
 		if cancel != nil {
 			cancel(cause)
@@ -303,8 +308,8 @@ func (l *Lock) stop(ld *leadership, cause error) {
 			c(cause)
 		}
 		l.log.Info("fencelock: stopped leading", slog.String("lock", l.Describe()), slog.String("term", ld.term.String()), slog.Any("cause", cause))
-		if ld.onStop != nil {
-			ld.onStop()
+		if onStop != nil {
+			onStop()
 		}
 	})
 }
