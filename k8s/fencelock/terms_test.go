@@ -58,7 +58,7 @@ type recampaign struct {
 	last     fence.Token // the token of the newest accepted write
 	nAcc     int         // accepted writes
 	backward []string    // accepted writes whose token is below the one before
-	strays   []error       // the stray writes' outcomes
+	strays   []error     // the stray writes' outcomes
 	strayWG  sync.WaitGroup
 	quit     chan struct{} // closed at the end: a stray with no later term writes nothing
 }
