@@ -45,8 +45,10 @@ func WithMaxHold(d time.Duration) AcquireOption {
 
 // WithLeaseTTL sets the TTL of this acquisition's record, in place of the
 // Client's (WithTTL): the record goes on a session lease of that TTL,
-// which the Client grants on first use and keeps as it keeps its own (one
-// current session per TTL in use, renewed every third of its TTL). The
+// which the Client grants on first use and renews every third of its TTL
+// (one current session per TTL in use). A session of a TTL other than the
+// Client's that has held and waited for nothing for a minute is revoked;
+// the next acquisition with that TTL grants another. The
 // TTL is how long others wait for the lock when this holder stops
 // (crashes, pauses, is partitioned); a lease of TTL d whose renewals stop
 // being confirmed ends d less the safety margin after the last confirmed

@@ -96,6 +96,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		bg:     newGroup(),
 		sessions: sessionSet{
 			bound:       maxSessionRecords,
+			idleAfter:   maxSessionIdle,
 			fixedMargin: fixedMargin,
 			cur:         map[time.Duration]*session{},
 			live:        map[*session]struct{}{},

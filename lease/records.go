@@ -203,7 +203,8 @@ func (t *records) orderedWithOwn(w *waiter) bool {
 	return w.block != nil && w.block.Covers(w.key) && t.watches.Current(w.block)
 }
 
-// retireIfIdle retires s if it is tainted and nothing uses it.
+// retireIfIdle retires s if it is closed to new acquisitions (tainted,
+// full or idle too long) and nothing uses it.
 func (t *records) retireIfIdle(s *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -21,6 +21,10 @@ type sessionSet struct {
 	// bound is the number of records a session takes (maxSessionRecords;
 	// tests lower it before the first acquisition).
 	bound int
+	// idleAfter is how long a session of another TTL than the Client's is
+	// kept without records (maxSessionIdle; tests lower it before the
+	// first acquisition).
+	idleAfter time.Duration
 	// fixedMargin: the Client's safety margin was set (WithSafetyMargin),
 	// so every session uses it; otherwise a session whose TTL is not the
 	// Client's gets the default margin of its own TTL.
@@ -137,6 +141,13 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 	}
 	c.log.Debug("lease session granted", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.Duration("ttl", ttl))
 	return s, nil
+}
+
+// idleRenewals is how many renewals in a row, interval apart, must find
+// a session of another TTL than the Client's without records before it is
+// retired: idleAfter's worth, and at least three.
+func (ss *sessionSet) idleRenewals(interval time.Duration) int {
+	return max(3, int((ss.idleAfter+interval-1)/interval))
 }
 
 // marginFor returns the safety margin of a session of TTL ttl: the
@@ -278,6 +289,9 @@ func (c *Client) keepAlive(s *session) {
 				slog.Time("sent", sent), slog.Time("valid_until", s.until()),
 				slog.String("member", strconv.FormatUint(resp.MemberId, 16)), slog.Uint64("raft_term", resp.RaftTerm))
 			t.Reset(interval)
+			if s.ttl != c.cfg.ttl && s.idleRenewal(c.sessions.idleRenewals(interval)) {
+				c.recs.retireIfIdle(s)
+			}
 		}
 		c.recs.deleteOrphans(s)
 		c.recs.sweep()

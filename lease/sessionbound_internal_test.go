@@ -335,3 +335,43 @@ func TestLeaseTTLOfRecipes(t *testing.T) {
 		assert.ErrorIs(t, call(), ErrInvalidOption, name)
 	}
 }
+
+// A session of another TTL than the Client's is revoked once it has held
+// and waited for nothing for idleAfter (and three renewals); while a lease
+// of that TTL is held it stays, and the next acquisition with the TTL
+// grants a new one. The Client's own session stays however idle.
+func TestIdleLeaseTTLSessionRetires(t *testing.T) {
+	cl := etcdtest.Start(t)
+	direct := etcdtest.Client(t, cl)
+	c, err := New(etcdtest.Client(t, cl))
+	require.NoError(t, err)
+	c.sessions.idleAfter = 0 // three renewals: 2 s at TTL 2 s
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	own, err := c.Acquire(ctx, "idle-own")
+	require.NoError(t, err)
+	require.NoError(t, own.Release(ctx))
+	held, err := c.Acquire(ctx, "idle-held", WithLeaseTTL(2*time.Second))
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second) // 4 renewals of the 2 s session, all with a record
+	require.NoError(t, held.Err(), "a held lease's session retired")
+	require.False(t, leaseGone(t, direct, held.sess.id))
+
+	require.NoError(t, held.Release(ctx))
+	deadline := time.Now().Add(10 * time.Second)
+	for !leaseGone(t, direct, held.sess.id) {
+		require.True(t, time.Now().Before(deadline), "the idle 2 s session was not revoked")
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.False(t, leaseGone(t, direct, own.sess.id), "the Client's own session was revoked")
+
+	again, err := c.Acquire(ctx, "idle-held", WithLeaseTTL(2*time.Second))
+	require.NoError(t, err)
+	assert.NotEqual(t, held.sess, again.sess, "an acquisition used the retired session")
+	resp, err := direct.TimeToLive(ctx, again.sess.id)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), resp.GrantedTTL)
+	require.NoError(t, again.Release(ctx))
+}

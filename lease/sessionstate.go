@@ -50,6 +50,14 @@ type session struct {
 	// records again.
 	bound int
 	full  bool
+	// idle counts the renewals in a row at which s had no record key in
+	// use and had claimed none since the renewal before (claimed); a
+	// session of a TTL other than the Client's is closed to new
+	// acquisitions once idle reaches its limit (idleOut, see idleRenewal)
+	// and revoked as a full one is. idleOut stays set.
+	idle    int
+	claimed bool
+	idleOut bool
 
 	// deleted are held leases whose records the watch saw deleted, while
 	// a goroutine asks etcd whether the session itself is gone.
@@ -143,7 +151,7 @@ type slotReq struct{ dir, suffix string }
 func (s *session) claimSlots(reqs []slotReq) (keys []string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tainted || s.full {
+	if s.tainted || s.full || s.idleOut {
 		return nil, false
 	}
 	if len(s.slots) > 0 && len(s.slots)+len(reqs) > s.bound {
@@ -164,6 +172,7 @@ func (s *session) claimSlots(reqs []slotReq) (keys []string, ok bool) {
 	if len(s.slots) >= s.bound {
 		s.full = true
 	}
+	s.claimed = true
 	return keys, true
 }
 
@@ -186,20 +195,40 @@ func (s *session) addUncertain() bool {
 	return s.tainted
 }
 
-// retirable reports whether s is closed to new acquisitions (tainted or
-// full) and has not ended.
+// retirable reports whether s is closed to new acquisitions (tainted,
+// full or idle too long) and has not ended.
 func (s *session) retirable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return (s.tainted || s.full) && s.fin.err() == nil
+	return (s.tainted || s.full || s.idleOut) && s.fin.err() == nil
 }
 
 // closedToNew reports whether new acquisitions must use another session:
-// s is tainted or full.
+// s is tainted, full or idle too long.
 func (s *session) closedToNew() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tainted || s.full
+	return s.tainted || s.full || s.idleOut
+}
+
+// idleRenewal counts a renewal of s, and reports whether s has now been
+// idle at limit renewals in a row (no record key in use at each, none
+// claimed since the one before), in which case s is closed to new
+// acquisitions from now on. A key claimed but not yet written counts as
+// in use: claimSlots marks it before the acquisition writes.
+func (s *session) idleRenewal(limit int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.slots) > 0 || s.claimed {
+		s.idle, s.claimed = 0, false
+		return false
+	}
+	s.idle++
+	if s.idle < limit {
+		return false
+	}
+	s.idleOut = true
+	return true
 }
 
 // noteDeleted adds l to the leases whose records were seen deleted, and
@@ -242,7 +271,15 @@ const maxUncertain = 32
 // records.
 const maxSessionRecords = 1000
 
-// errRetired ends a tainted or full session that nothing uses any more.
+// maxSessionIdle is how long a session of a TTL other than the Client's
+// (see WithLeaseTTL) stays granted, and renewed, while it holds and waits
+// for nothing: after that long without a record (and at least three
+// renewals) it is revoked, and the next acquisition with its TTL grants a
+// new one. The Client's own session is kept while the Client is open.
+const maxSessionIdle = time.Minute
+
+// errRetired ends a tainted, full or idle session that nothing uses any
+// more.
 var errRetired = errors.New("lease: session retired")
 
 // shadow returns s's lock-delay lease for delay d, if it has one.
