@@ -45,8 +45,10 @@ func (c *Client) Headroom() (d time.Duration, ok bool) {
 // that traffic can move away from a holder that is about to lose its
 // locks. Choose minHeadroom below the TTL less the safety margin less a
 // third of the TTL (the headroom right before a regular renewal), or Ready
-// fails between renewals; Healthy applies the same rule with half the
-// TTL less the margin. A negative minHeadroom is refused with a
+// fails between renewals; with WithLeaseTTL, that TTL is the shortest one
+// the Client's acquisitions use, since Headroom follows the session that
+// ends first. Healthy applies the same rule with half of each session's
+// TTL less its margin. A negative minHeadroom is refused with a
 // *NotReadyError that says so.
 func (c *Client) Ready(minHeadroom time.Duration) error {
 	if minHeadroom < 0 {
