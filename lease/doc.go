@@ -474,8 +474,8 @@
 // revocation of a session deletes all of its records in one transaction,
 // during which etcd applies no other write: it grows with the records the
 // session held, at most 1,000 (see the cost model) (the integration module's TestLeaderKillWhileLeasePending,
-// TestMassExpiry and BenchmarkRevokeStorm measure all three; the README's
-// Performance section has the figures).
+// TestMassExpiry and BenchmarkRevokeStorm measure all three; docs/performance.md
+// has the figures).
 //
 // # Concurrency
 //
