@@ -96,7 +96,9 @@ func reference(t *testing.T) string {
 	}
 	common := commonFlags(flags)
 	var b strings.Builder
-	b.WriteString("\n\n### Flags of every command\n")
+	b.WriteString("\n\n### Exit codes\n\n")
+	b.WriteString(helpExitCodes(t))
+	b.WriteString("\n### Flags of every command\n")
 	writeFlags(&b, common, nil)
 	for _, c := range commands {
 		fmt.Fprintf(&b, "\n### fencekit %s\n\n```\nfencekit %s\n```\n\n%s.\n", c.name, c.synopsis, strings.ToUpper(c.about[:1])+c.about[1:])
@@ -104,6 +106,21 @@ func reference(t *testing.T) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// helpExitCodes returns the exit codes that "fencekit --help" lists, as a
+// paragraph.
+func helpExitCodes(t *testing.T) string {
+	t.Helper()
+	var out bytes.Buffer
+	if code := Main([]string{"--help"}, &Env{Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}); code != ExitOK {
+		t.Fatalf("fencekit --help: exit %d: %s", code, out.String())
+	}
+	_, codes, ok := strings.Cut(out.String(), "Exit codes: ")
+	if !ok {
+		t.Fatalf("fencekit --help lists no exit codes:\n%s", out.String())
+	}
+	return strings.TrimSpace(codes) + "\n"
 }
 
 // helpFlags runs "fencekit NAME --help" and returns the flags it lists.
