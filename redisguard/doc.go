@@ -56,9 +56,9 @@
 // when a later command fails: keep such batches to small keys; a single
 // command needs no snapshot. Values pass through the server's Lua, copied
 // in and out, so large values cost more (BenchmarkRedis; the figures are
-// in https://github.com/fencekit/fencekit/blob/main/redisguard/README.md#cost). With Redis ACLs, the user needs FCALL,
-// FUNCTION LOAD, INFO, HMGET, HSET, DUMP, PTTL, RESTORE and DEL besides
-// the batch's commands.
+// in https://github.com/fencekit/fencekit/blob/main/redisguard/README.md#cost).
+// With Redis ACLs, the user needs FCALL, FUNCTION LOAD, INFO, HMGET, HSET,
+// DUMP, PTTL, RESTORE and DEL besides the batch's commands.
 //
 // # Keys and Redis Cluster
 //
