@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/integration/etcdtest"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestMinimal runs the program against an embedded etcd and checks that
 // the guard admitted A and B and refused A's late write as stale.
