@@ -6,7 +6,7 @@ package integration_test
 // and with the raw-transaction floor, on the same embedded etcd in one
 // process, each client with its own etcd connection as separate processes
 // would have. scripts/bench.sh runs them all and turns the output into the
-// README's table:
+// tables of docs/performance.md:
 //
 //	go test ./integration -run '^$' -bench . -benchtime=1x
 //

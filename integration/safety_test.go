@@ -212,7 +212,7 @@ func runSafety(t *testing.T, phases []phase, run, limit time.Duration, want int,
 			seen[k] = true
 		}
 		if s.succ.etcdEarly != 0 {
-			t.Logf("%s/%s: %d of %d hand-overs admitted a successor early because etcd revoked the holder's session before its TTL ran out, after a frozen member continued (an etcd defect; README, What it does not guarantee): %v",
+			t.Logf("%s/%s: %d of %d hand-overs admitted a successor early because etcd revoked the holder's session before its TTL ran out, after a frozen member continued (an etcd defect; docs/concepts.md, What it does not guarantee): %v",
 				s.workload, s.mode, s.succ.etcdEarly, s.succ.checked, s.succ.etcdExamples)
 		}
 		if s.succ.early != 0 {

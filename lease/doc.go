@@ -340,142 +340,70 @@
 // WithLockDelay(d) is for resources that cannot check fencing tokens:
 // when the acquisition's record disappears without a Release (its session
 // expired or was revoked, ForceRelease deleted it, WithMaxHold ended it),
-// the lock admits nobody for d, so that a late write of the vanished
-// holder lands first; a Release hands over at once. The delay lives in
-// etcd, so all participants honour it, whatever their options or version:
-// a marker key, <record key>.d<n>, written in the record's transaction
-// with the record's creation revision (its place in the queue), blocks
-// like an exclusive record. It is attached to a lease of the session's
-// with a TTL of the session's TTL + d + 1 s, renewed just before the
-// session (whose renewal waits for it), so it outlives the record by d
-// to d + 1 s when the session ends; a Release deletes it with the
-// record; ForceRelease, and a Client whose lease ends otherwise while its
-// session lives, move it to a lease of d + 1 s (a put keeps its creation
-// revision). The next holder thus starts at least d after the record
-// vanished (measured with d = 2 s: 3.0 s after a partition, 3.2-3.4 s
-// after ForceRelease or a maximum hold; a Release: 1-6 ms), provided etcd
-// applies a session renewal within a second of the lock-delay lease's
-// renewal sent just before it. d rounds up to whole seconds; at most
-// MaxLockDelay (a minute). A lease of d + 1 s below etcd's minimum TTL is
-// raised to it, which only lengthens the delay. Inspect shows a marker
-// as the record's Record.LockDelay, and a delay under way as
-// LockState.DelayedUntil with no Holder; the Verifier never takes a marker
-// for a holder, nor does an election: Election.Leader returns a
-// *NoLeaderError with DelayedUntil set, and Observe yields a zero Leader
-// with DelayedUntil set when the term ends. Markers cost a waiter that dies while it waits: those
-// behind it wait d after its record goes. Close ends leases without
-// releasing them: their markers wait out their lease, up to TTL + d + 1 s.
-// Sets, semaphores, read-write locks and elections take no
-// AcquireOption; they wait behind the markers they meet.
+// the lock admits nobody for d; a Release hands over at once. The delay
+// lives in etcd as a marker key, <record key>.d<n>, that holds the
+// record's place in the queue, so every participant honours it, whatever
+// its options or version. d rounds up to whole seconds; at most
+// MaxLockDelay. Inspect shows a marker as Record.LockDelay and a delay
+// under way as LockState.DelayedUntil with no Holder; the Verifier and
+// elections never take a marker for a holder (Election.Leader returns a
+// *NoLeaderError with DelayedUntil set). Sets, semaphores, read-write
+// locks and elections take no AcquireOption; they wait behind the markers
+// they meet. How the marker lives and dies, and what was measured:
+// https://github.com/fencekit/fencekit/blob/main/docs/locks.md#lock-delay.
 //
 // # Planned hand-off
 //
-// Term.Transfer(ctx, to) hands an election's term to a chosen candidate
-// that waits in its queue (Election.Candidates lists them, each named by
-// the term it would lead with): the leader's term ends first (Done
-// closes; its Context is cancelled with ErrTransferred) and then one
-// transaction, owner-checked like Release, deletes the leader's record, so
-// that to is admitted by that very transaction: no overlap, and no gap
-// beyond one watch event (the transaction leaves to a note under its
-// session's requests, which its Client watches anyway). A to that does not wait is refused with a *NotCandidateError
-// before anything ends or is written. Candidates queued between the
-// leader and to are passed over: the same transaction deletes their
-// records and leaves each a note under the prefix's reserved "/skipped/"
-// space, and their Campaign queues again at the tail by itself, so every
-// later term is still higher than every earlier one. From another process,
-// Election.RequestTransfer asks the leader (an ask, like RequestRelease,
-// naming the successor): Election.Run and Client.Do transfer by
+// Term.Transfer(ctx, to) hands an election's term to a candidate that
+// waits in its queue (Election.Candidates lists them, each named by the
+// term it would lead with): the leader's term ends first (Done closes;
+// its Context is cancelled with ErrTransferred), then one owner-checked
+// transaction deletes the leader's record and admits to: no overlap. A to
+// that does not wait is refused with a *NotCandidateError before anything
+// ends or is written; candidates queued between are passed over and queue
+// again at the tail by themselves. Election.RequestTransfer asks the
+// leader from another process: Election.Run and Client.Do transfer by
 // themselves; a Term from Campaign sees Term.ReleaseRequested close and
 // Term.TransferRequested name the candidate. An unknown outcome ends the
-// term all the same; if the transfer did not apply, the Client deletes
-// the record in the background and the next candidate in line leads.
+// term all the same. Details and measurements:
+// https://github.com/fencekit/fencekit/blob/main/docs/locks.md#hand-off.
 //
 // # Server versions
 //
 // Before granting its first session, a Client reads the version of each of
-// its etcd client's endpoints (Maintenance.Status, in parallel, 5 s at most
-// within the Acquire's ctx) and refuses members older than
-// MinServerVersion: any of them may serve a request, so one is enough.
-// Members that did not answer, and members too old, are asked again
-// before the next session; a member that refuses Status (a proxy without
-// it) is logged at Warn and used. A member inside the floor whose version
-// has a known lock-relevant bug (lost watch events, stale reads, renewals
-// of revoked leases answered as done) is logged at Warn once, with the
-// etcd issues and the release that fixes them.
+// its etcd client's endpoints and refuses members older than
+// MinServerVersion with a *ServerVersionError; a member with a known
+// lock-relevant bug is logged at Warn
+// (https://github.com/fencekit/fencekit/blob/main/docs/operations.md#sessions-ttl-and-etcd).
 //
 // # Leader failure
 //
-// An etcd follower forwards writes and keep-alives to the leader it knows.
-// When that leader dies or freezes, the follower answers only at etcd's
-// request timeout (5 s plus two election timeouts, 7 s by default), though
-// a new leader is elected within one or two election timeouts (etcd's
-// --election-timeout, 1 s by default). So a Release, Reenter or Proclaim
-// gives each try its own deadline (four times the Client's recent reply
-// time, 250 ms to 2 s, a quarter longer per try) and then sends it again,
-// as its caller's retry would be (never applied twice), to the etcd
-// client's next endpoint, for up to one TTL and within ctx; and a
-// background renewal waits at most a third of the renewal interval while
-// there is time for another. A lock released as its leader dies is handed
-// over about an election later (measured: 1.45 s median, at most 1.82 s,
-// over 10 kills with default timing), not 7 s later.
-//
-// The TTL rule: a session's validity deadline is the TTL less the safety
-// margin after its last confirmed renewal, which may be a third of a TTL
-// old when the leader fails; the rest must cover the election (up to two
-// election timeouts) and one renewal try. Keep the TTL at least five
-// election timeouts (5 s with etcd's defaults): then sessions on healthy
-// members survive a stalled or killed leader, and so do their leases and
-// their waiters' places in the queue. Sessions that reach only the stalled
-// member end at their deadline (ErrDeadline), before the server can expire
-// them. With a shorter TTL a waiter's session may end during the election:
-// its Acquire then fails with an ErrRetryable error and must be called
-// again, at the back of the queue.
-//
-// A frozen leader (SIGSTOP, a paused VM) costs waiters more than a dead
-// one: it keeps its clients' connections open and silent, and a waiter is
-// admitted when its watch sees its predecessor's record go. A waiter whose
-// watch runs through the frozen member keeps its place, but is admitted
-// only once the etcd client declares that connection dead, which takes
-// gRPC keepalives (clientv3.Config.DialKeepAliveTime, at least etcd's
-// --grpc-keepalive-min-time of 5 s, and DialKeepAliveTimeout): measured
-// 11 s with 5 s and 1 s; without them, not while the member stays frozen.
+// When the etcd leader dies or freezes, a follower answers only at etcd's
+// request timeout (7 s by default), though a new leader is elected within
+// one or two election timeouts. So a Release, Reenter or Proclaim gives
+// each try its own deadline (four times the Client's recent reply time,
+// 250 ms to 2 s, a quarter longer per try) and then sends it again, as its
+// caller's retry would be (never applied twice), to the etcd client's next
+// endpoint, for up to one TTL and within ctx; and a background renewal
+// waits at most a third of the renewal interval while there is time for
+// another. Keep the TTL at least five election timeouts (5 s with etcd's
+// defaults), and set gRPC keepalives on the etcd client, so that sessions
+// on healthy members survive a stalled leader: the rule, its reasons and
+// the measurements are in https://github.com/fencekit/fencekit/blob/main/docs/operations.md#sessions-ttl-and-etcd.
 //
 // # Non-guarantees
 //
-// A lease alone is not mutual exclusion. A holder can pause (GC, VM freeze,
-// SIGSTOP) between checking Done and writing; its write can sit in a
-// network buffer past the end of its lease. Jepsen found etcd 3.4.3's locks
-// lost about 18% of acknowledged updates this way with 2 s TTLs. Only the
-// resource can close that gap, by refusing writes whose fencing token is
-// older than one it already accepted: see packages guard and sqlguard.
-//
-// Clocks: the Client assumes its monotonic clock does not run slower than
-// etcd leader's by more than the safety margin over one TTL. Wall-clock
-// jumps do not matter. A leader change gives every session a fresh TTL on
-// the server, which only makes the local deadline more conservative.
-//
-// Tokens are revisions of one etcd cluster. Restoring a snapshot without
-// `etcdutl snapshot restore --bump-revision` (and marking compacted) can
-// hand out tokens that repeat; don't.
-//
-// The leases of a Client share its sessions (up to 1,000 on each): a
-// partition that outlasts a session ends every lease on it, and the
-// sessions of one Client, renewed over one connection, usually end
-// together. Use several Clients to isolate them.
-//
-// A crashed holder's locks are free once etcd expires its session: within
-// a TTL of its last renewal, plus up to 500 ms (etcd looks for expired
-// leases twice a second). etcd makes that longer in two cases. A new etcd
-// leader renews every lease to its full TTL plus one election timeout
-// (etcd#9395), so after a leader change the locks of a holder that died
-// just before stay taken for up to TTL + the election + an election timeout.
-// And etcd revokes at most 500 expired leases per look, so when thousands
-// of sessions expire at once their locks are freed over seconds. The
-// revocation of a session deletes all of its records in one transaction,
-// during which etcd applies no other write: it grows with the records the
-// session held, at most 1,000 (see the cost model) (the integration module's TestLeaderKillWhileLeasePending,
-// TestMassExpiry and BenchmarkRevokeStorm measure all three; the README's
-// Performance section has the figures).
+// A lease alone is not mutual exclusion: a holder can pause between
+// checking Done and writing. Only the resource can close that gap, by
+// refusing writes whose fencing token is older than one it already
+// accepted: see packages guard and sqlguard. The Client assumes its
+// monotonic clock does not run slower than the etcd leader's by more than
+// the safety margin over one TTL; tokens are revisions of one etcd
+// cluster; the leases of a Client share its sessions, so use several
+// Clients to isolate them; and etcd can keep a crashed holder's locks
+// taken longer than a TTL (after a leader change, or when thousands of
+// sessions expire at once). Each of these, with measurements:
+// https://github.com/fencekit/fencekit/blob/main/docs/concepts.md#what-it-does-not-guarantee.
 //
 // # Concurrency
 //

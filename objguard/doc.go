@@ -55,11 +55,9 @@
 // failure (a lost reply leaves the outcome unknown), and it never refuses
 // on a remembered version: a token the remembered mark would refuse is
 // decided on a fresh read. [WithCacheSize] bounds (or turns off) the
-// memory. On versitygw, on the project's 2-core test machine under load,
-// a steady fenced PUT cost 0.93x–1.06x a plain one (1 KiB and 1 MiB), a
-// first write 1.5x–1.7x, and a fenced Delete (a tombstone PUT where a plain
-// DELETE unlinks) 1.4x–2.2x a plain DELETE, 2.4x with the read
-// (BenchmarkS3).
+// memory. BenchmarkS3 compares fenced and plain PUTs and DELETEs; the
+// figures are in
+// https://github.com/fencekit/fencekit/blob/main/docs/object-storage.md.
 //
 // # ETags name bytes, not versions
 //

@@ -55,12 +55,10 @@
 // key it touches (DUMP and PTTL) before changing it, to undo the batch
 // when a later command fails: keep such batches to small keys; a single
 // command needs no snapshot. Values pass through the server's Lua, copied
-// in and out: on the project's test machine a fenced SET of a 16-byte
-// value cost 1.25x–1.27x a plain one, of a 16 KiB value 2.0x–2.1x, and
-// the barest Redis function that SETs 1.10x–1.11x and 1.8x–1.9x
-// (BenchmarkRedis, set and set-16KiB). With Redis ACLs, the user needs FCALL,
-// FUNCTION LOAD, INFO, HMGET, HSET, DUMP, PTTL, RESTORE and DEL besides
-// the batch's commands.
+// in and out, so large values cost more (BenchmarkRedis; the figures are
+// in https://github.com/fencekit/fencekit/blob/main/redisguard/README.md#cost).
+// With Redis ACLs, the user needs FCALL, FUNCTION LOAD, INFO, HMGET, HSET,
+// DUMP, PTTL, RESTORE and DEL besides the batch's commands.
 //
 // # Keys and Redis Cluster
 //

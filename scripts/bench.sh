@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs fencekit's comparison benchmarks (integration/bench_*_test.go) and
-# writes the README's tables (scripts/benchtable).
+# writes the tables of docs/performance.md to BENCHMARKS.md
+# (scripts/benchtable); docs/performance.md shows the rows of a run.
 #
 #   scripts/bench.sh                      # writes bench.txt and BENCHMARKS.md
 #   BENCH='Fanout|Handoff' scripts/bench.sh   # a subset

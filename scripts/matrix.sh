@@ -3,8 +3,8 @@
 # guard, guard/etcdstore, guard/grpcguard and sqlguard against separate
 # etcd server processes of each pinned version (3.5, 3.6, 3.7: the newest
 # patch of each, built from tools/etcdserver), with one member each by
-# default (FENCEKIT_MATRIX_MEMBERS="1 3" adds three-member clusters: see the
-# README's Compatibility section for what CI runs and what was measured).
+# default (FENCEKIT_MATRIX_MEMBERS="1 3" adds three-member clusters: see
+# docs/compatibility.md for what CI runs and what was measured).
 # It builds the versions' servers first (internal/etcdproc/cmd/buildetcd).
 # Arguments go to `go test`. FENCEKIT_MATRIX_VERSIONS and
 # FENCEKIT_MATRIX_MEMBERS narrow it, for example

@@ -5,7 +5,7 @@
 # hand-overs (a successor admitted before its predecessor learned that its
 # lease had ended) of each, apart from those etcd's lease defect explains
 # (etcd_early: the holder's session revoked before its TTL ran out after a
-# frozen member continued; README, "What it does not guarantee"). The
+# frozen member continued; docs/concepts.md, "What it does not guarantee"). The
 # test binary is built once.
 #
 #   scripts/safety-loop.sh [runs]          # 30 runs by default

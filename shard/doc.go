@@ -109,24 +109,10 @@
 //
 // # Measured
 //
-// BenchmarkShard in package integration prints these; one etcd member,
-// 8 members of equal weight, TTL 2 s unless said, on a shared 2-core
-// machine whose load average stayed between 20 and 38 (other builds and
-// tests), so the absolute times are pessimistic:
-//
-//   - planned move, draining one member of 32 shards out of 256 (3
-//     drains, 96 shards): each shard's gap, from the leaver's context seen
-//     cancelled to the successor's admission, p50 2.4 ms against an
-//     uncontended Acquire + Release cycle of 1.3 ms measured in the same
-//     run (1.85x; 1.1x in a one-drain run), p99 60 ms (42 ms in the
-//     one-drain run); the whole drain, from Leave to the last successor's
-//     admission, p50 0.69 s, at most 0.96 s;
-//   - steady state: 0.7 etcd requests/s per member at 256 and at 4,096
-//     shards alike (TTL 10 s: two keep-alives per 3.3 s, and nothing per
-//     shard);
-//   - 8 simultaneous joins into a settled group of 8 over 256 shards:
-//     balanced 1.5 s (p50 of 3 rounds, at most 1.6 s) after the first
-//     Join call, 128 shards moved per round and none twice.
+// BenchmarkShard in package integration measures a planned move's gap per
+// shard, a drain, the steady state's etcd requests and simultaneous joins;
+// the figures are in
+// https://github.com/fencekit/fencekit/blob/main/docs/sharding.md#measured.
 //
 // # Metrics
 //

@@ -208,23 +208,7 @@
 // # PostgreSQL advisory locks or sqlguard?
 //
 // When the data lives in one PostgreSQL database and the critical section
-// is one transaction on it, a transaction-level advisory lock is the
-// simpler tool: "SELECT pg_advisory_xact_lock(key)" at the start of the
-// transaction serialises every transaction that takes it, and PostgreSQL
-// releases it at COMMIT or ROLLBACK, or when the session dies. There is no
-// lease to lose, so there is nothing to fence.
-//
-// sqlguard is needed when that does not hold:
-//
-//   - the lock service is not the data store: the lock is an etcd lease
-//     (for leader election, for a worker that also calls other systems)
-//     and the database only sees its writes;
-//   - the critical section is long or spans several transactions or
-//     systems, so it cannot sit inside one database transaction, and a
-//     holder may stall past its lease between them;
-//   - connection poolers in transaction mode (PgBouncer) make
-//     session-level advisory locks unsafe, and a transaction-level lock
-//     cannot outlive one transaction;
-//   - the database is MySQL, MariaDB or SQLite, or several databases are
-//     written under one lock.
+// is one transaction on it, pg_advisory_xact_lock is the simpler tool;
+// when sqlguard is needed instead:
+// https://github.com/fencekit/fencekit/blob/main/docs/sql.md#postgresql-advisory-lock-or-sqlguard
 package sqlguard

@@ -3,6 +3,6 @@
 // public packages (integration/etcdtest, integration/faults,
 // integration/check, lease, guard, fence), so `go test` here proves that a
 // user's module can run the walkthrough. Its test file holds the
-// walkthrough, an Example shown in the README's "Testing your own critical
-// section", and a test here checks that the README shows it as it runs.
+// walkthrough, an Example shown in docs/testing.md's "Testing your own
+// critical section", and a test here checks that it shows it as it runs.
 package walkthrough

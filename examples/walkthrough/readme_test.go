@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// The README shows the walkthrough (the lines of walkthrough_test.go from
+// docs/testing.md shows the walkthrough (the lines of walkthrough_test.go from
 // "// walkthrough:begin" to "// walkthrough:end"); it must be the one that
 // runs.
-func TestWalkthroughInREADME(t *testing.T) {
+func TestWalkthroughInDocs(t *testing.T) {
 	b, err := os.ReadFile("walkthrough_test.go")
 	if err != nil {
 		t.Fatal(err)
@@ -21,11 +21,11 @@ func TestWalkthroughInREADME(t *testing.T) {
 		t.Fatal("walkthrough_test.go: no walkthrough:begin ... walkthrough:end")
 	}
 	code := bytes.TrimSpace(bytes.TrimPrefix(b[begin:end], []byte("// walkthrough:begin")))
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "testing.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(readme, code) {
-		t.Error("README.md does not show the walkthrough of walkthrough_test.go as it is; copy it over")
+	if !bytes.Contains(doc, code) {
+		t.Error("docs/testing.md does not show the walkthrough of walkthrough_test.go as it is; copy it over")
 	}
 }

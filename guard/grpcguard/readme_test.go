@@ -6,9 +6,10 @@ import (
 	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 )
 
-// TestReadmeSnippets: README snippets marked as grpcguard's, and the code
-// blocks of the package doc, come from this package's Example functions.
+// TestReadmeSnippets: the snippets marked as grpcguard's in the repository's
+// Markdown (README.md, docs/), and the code blocks of the package doc,
+// come from this package's Example functions.
 func TestReadmeSnippets(t *testing.T) {
-	testkit.CheckSnippets(t, "../../README.md", "grpcguard", ".")
+	testkit.CheckAllSnippets(t, "../..", "grpcguard", ".")
 	testkit.CheckDocSnippets(t, ".")
 }

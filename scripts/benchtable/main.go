@@ -1,8 +1,10 @@
 // Command benchtable reads `go test -bench` output of fencekit's
 // comparison benchmarks (integration/bench_test.go) on stdin and writes the
-// README's markdown tables: the interleaved timings, the ratios with their
-// spread and the performance targets with a met/MISSED verdict, and the
-// other figures (loss signalling, many locks).
+// markdown tables of docs/performance.md: the interleaved timings, the
+// ratios with their spread and the performance targets with a met/MISSED
+// verdict, and the other figures (loss signalling, many locks).
+// scripts/bench.sh writes them to BENCHMARKS.md, from which a run's rows
+// are copied into docs/performance.md.
 //
 // It understands two kinds of line:
 //

@@ -45,7 +45,8 @@
 // UPDATE. Guard.WithStatementCache returns a Guard whose statements follow
 // the connection's mode (pgx's statement cache by default), which brings
 // the row-column UPDATE to about 1.05x and a fence-table transaction to
-// about 1.4x its plain counterpart (see the README's benchmark table); in
+// about 1.4x its plain counterpart (see
+// https://github.com/fencekit/fencekit/blob/main/docs/performance.md); in
 // exchange, after a migration that changes a result type the next run of
 // each cached statement fails once with an error matching
 // sqlguard.ErrRetryable, which RunTx retries by itself.

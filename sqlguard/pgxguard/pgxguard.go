@@ -73,7 +73,7 @@ func Wrap(g *sqlguard.Guard) (*Guard, error) {
 // (QueryExecModeCacheStatement) unless configured otherwise: each
 // statement is parsed and planned once per connection rather than on
 // every call, which makes a fenced row-column UPDATE cost about what a
-// plain cached UPDATE does (see the README's benchmark table).
+// plain cached UPDATE does (see docs/performance.md).
 //
 // The price: after a schema change that alters a result type (Migrate
 // after the tables were dropped, a fence column's type changed), the next

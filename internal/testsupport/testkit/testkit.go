@@ -1,7 +1,8 @@
 // Package testkit holds the fixtures that the module's tests share: a log
 // buffer safe for concurrent writers, the environment variables that name
-// the SQL databases of the tests, and the check that keeps README and
-// package-doc snippets equal to compiled Example functions.
+// the SQL databases of the tests, the check that keeps Markdown and
+// package-doc snippets equal to compiled Example functions (and files),
+// and the check of the Markdown's relative links and anchors.
 //
 // It is for tests only; nothing outside _test.go files imports it.
 package testkit
