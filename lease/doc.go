@@ -28,7 +28,9 @@
 // WithTTL, and any of WithLeaseTTL), to which new records are attached
 // until it carries 1,000 of them; the Client then grants another for later
 // acquisitions, keeps renewing the full one while it holds or waits with
-// any record, and revokes it once it does not. An acquisition writes a
+// any record, and revokes it once it does not. A session of a TTL other
+// than the Client's is revoked too once it has held and waited for
+// nothing for a minute. An acquisition writes a
 // record under
 // <prefix><name>/<session>-<slot> in one transaction (the Client reuses a
 // slot once its record is gone, so etcd's key index does not grow with
