@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 )
 
 // Acquire blocks until it holds the lock called name, and returns the
@@ -317,7 +318,7 @@ func (a *acquisition) ttl() time.Duration {
 func (a *acquisition) slotReqs() []slotReq {
 	rs := make([]slotReq, len(a.reqs))
 	for i, req := range a.reqs {
-		rs[i] = slotReq{dir: lockDir(a.c.cfg.prefix, req.name), suffix: req.kind.suffix()}
+		rs[i] = slotReq{dir: record.Dir(a.c.cfg.prefix, req.name), suffix: req.kind.Suffix()}
 	}
 	return rs
 }
@@ -331,8 +332,8 @@ func (a *acquisition) members(ctx context.Context, s *session, keys []string) ([
 	ms := make([]*member, 0, len(a.reqs))
 	for i, req := range a.reqs {
 		tok := c.src.New()
-		dir, key := lockDir(c.cfg.prefix, req.name), keys[i]
-		val := encodeValue(tok.Value(), 1, req.payload)
+		dir, key := record.Dir(c.cfg.prefix, req.name), keys[i]
+		val := record.EncodeValue(tok.Value(), 1, req.payload)
 		w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 			wakec: make(chan struct{}, 1), queued: time.Now(), rec: &entry{value: val}}
 		w.fin.init()

@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -86,7 +87,7 @@ func WithMetadata(md string) AcquireOption {
 		if err := ValidateMetadata(md); err != nil {
 			return err
 		}
-		r.payload = encodePayload(time.Time{}, md)
+		r.payload = record.EncodePayload(time.Time{}, md)
 		return nil
 	})
 }
@@ -111,7 +112,7 @@ func ValidateMetadata(md string) error {
 
 // newRequest is the request of an exclusive acquisition of name with opts.
 func newRequest(name string, try bool, opts []AcquireOption) (request, error) {
-	req := request{name: name, kind: exclusive, try: try}
+	req := request{name: name, kind: record.Exclusive, try: try}
 	for _, o := range opts {
 		if o == nil {
 			return request{}, fmt.Errorf("%w: nil option", ErrInvalidOption)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -78,7 +79,7 @@ func (m *member) place() (int64, bool, error) {
 	if err := w.failure(); err != nil {
 		return 0, false, err
 	}
-	blockers, need, err := admission(w.kind, queue[:pos], myRev)
+	blockers, need, err := record.Admission(w.kind, queue[:pos], myRev)
 	if err != nil {
 		return 0, false, err
 	}
@@ -190,7 +191,7 @@ func (m *member) watchTarget(ctx context.Context) (target string, covered bool, 
 // reread reads the records ahead of m again and sets its blockers.
 func (m *member) reread(ctx context.Context) error {
 	w := m.w
-	opts := queueKeys(clientv3.WithMaxCreateRev(w.myRev))
+	opts := record.QueueKeys(clientv3.WithMaxCreateRev(w.myRev))
 	for {
 		w.reading()
 		resp, err := m.c.etcd.Get(ctx, w.dir, opts...)
@@ -199,7 +200,7 @@ func (m *member) reread(ctx context.Context) error {
 			if pos < 0 {
 				return ErrKeyDeleted
 			}
-			blockers, need, err := admission(w.kind, resp.Kvs[:pos], w.myRev)
+			blockers, need, err := record.Admission(w.kind, resp.Kvs[:pos], w.myRev)
 			if err != nil {
 				return err
 			}
@@ -222,13 +223,13 @@ func (m *member) checkForeign(ctx context.Context, key string, crev int64) {
 		return
 	}
 	kv := resp.Kvs[0]
-	_, _, ok := decodeValue(kv.Value)
+	_, _, ok := record.DecodeValue(kv.Value)
 	if kv.Lease != 0 && ok {
 		return
 	}
 	c.met.foreign.Inc()
 	c.log.Warn("lease queue blocked by a record no session keeps; delete it (etcdctl del, or fencekit release --fence) to unblock the lock",
-		logattr.Lock(dirName(key)), slog.String("key", key), logattr.Fence(crev),
+		logattr.Lock(record.DirName(key)), slog.String("key", key), logattr.Fence(crev),
 		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
 }
 
@@ -263,7 +264,7 @@ func (m *member) promote(rev int64) (*Lease, error) {
 // request is one acquisition asked for.
 type request struct {
 	name    string
-	kind    recordKind
+	kind    record.Kind
 	try     bool          // fail with ErrHeld rather than wait
 	payload string        // an election candidate's public value
 	op      string        // for errors: "acquire", "lock", ...

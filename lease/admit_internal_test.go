@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -51,7 +52,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 	}
 
 	t.Run("record deleted before the blocker", func(t *testing.T) {
-		mine := put(dir+"a", encodeValue("tok-a", 1))
+		mine := put(dir+"a", record.EncodeValue("tok-a", 1))
 		gone := del(dir + "a")
 		blockerGone := put(dir+"other", "x") // any later revision
 		w := newWaiter(dir+"a", "tok-a", mine, mine)
@@ -64,7 +65,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("record deleted after the blocker", func(t *testing.T) {
-		mine := put(dir+"b", encodeValue("tok-b", 1))
+		mine := put(dir+"b", record.EncodeValue("tok-b", 1))
 		blockerGone := put(dir+"other", "y")
 		del(dir + "b")
 		w := newWaiter(dir+"b", "tok-b", mine, mine)
@@ -74,8 +75,8 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("record overwritten", func(t *testing.T) {
-		mine := put(dir+"c", encodeValue("tok-c", 1))
-		put(dir+"c", encodeValue("someone-else", 1))
+		mine := put(dir+"c", record.EncodeValue("tok-c", 1))
+		put(dir+"c", record.EncodeValue("someone-else", 1))
 		blockerGone := put(dir+"other", "z")
 		w := newWaiter(dir+"c", "tok-c", mine, mine)
 		w.onDelete(dir+"head", blockerGone)
@@ -84,7 +85,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("admitting revision compacted", func(t *testing.T) {
-		mine := put(dir+"d", encodeValue("tok-d", 1))
+		mine := put(dir+"d", record.EncodeValue("tok-d", 1))
 		blockerGone := put(dir+"other", "w")
 		now := put(dir+"other", "v")
 		if _, err := cli.Compact(ctx, now, clientv3.WithCompactPhysical()); err != nil {

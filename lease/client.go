@@ -194,3 +194,8 @@ func (c *Client) Healthy() error {
 	}
 	return nil
 }
+
+// Prefix returns the etcd key prefix of c's records (WithPrefix's, with
+// its trailing "/", or DefaultPrefix): what NewVerifier and the operator
+// tools of package lease/admin take to read the same locks.
+func (c *Client) Prefix() string { return c.cfg.prefix }

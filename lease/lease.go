@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 )
 
@@ -30,7 +31,7 @@ type Lease struct {
 	name     string
 	key      string
 	owner    owner.Token
-	kind     recordKind
+	kind     record.Kind
 	rev      int64
 	sess     *session
 	acquired time.Time
@@ -134,7 +135,7 @@ func (l *Lease) Metadata() string {
 	if p == nil {
 		return ""
 	}
-	_, md := decodePayload(*p)
+	_, md := record.DecodePayload(*p)
 	return md
 }
 
@@ -248,7 +249,7 @@ func (l *Lease) end(err error) {
 // lostError is the Err of l lost for cause.
 func (l *Lease) lostError(cause error) *LostError {
 	e := &LostError{Lock: l.name, Cause: cause}
-	if l.kind == exclusive {
+	if l.kind == record.Exclusive {
 		e.Fence = l.Fence()
 	}
 	return e

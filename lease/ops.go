@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -196,7 +197,7 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 		next.payload = payload
 	}
 	last := next.count == 0
-	write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
+	write := clientv3.OpPut(l.key, record.EncodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 	// Whether a delete of the record seen after this call may be its
 	// doing: not when the Client had already given the record up (seen
 	// gone, or the lease ended) before it was sent.
@@ -205,7 +206,7 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 	if last {
 		ops[0] = clientv3.OpDelete(l.key)
 		if l.rec.mark != nil {
-			ops = append(ops, clientv3.OpDelete(l.rec.mark.key)) // a clean release: no delay
+			ops = append(ops, clientv3.OpDelete(l.rec.mark.Key)) // a clean release: no delay
 		}
 		mayDelete = l.c.recs.startRelease(l)
 	}
@@ -233,7 +234,7 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 // record deleted while this Release of the last hold was in flight, gone
 // as asked.
 func (l *Lease) noReply(ctx context.Context, op opKind, err error, next pendingCall, forget bool) result {
-	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+	if err := record.RPCError(err); errors.Is(err, ErrPermissionDenied) {
 		l.settleReleasing() // refused: not applied
 		return result{outDenied, err}
 	}
@@ -255,10 +256,10 @@ func (l *Lease) explain(ctx context.Context, op opKind, next pendingCall) result
 	l.settleReleasing()
 	if err != nil {
 		// Still not applied, and nothing pending: a retry reads again.
-		if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+		if err := record.RPCError(err); errors.Is(err, ErrPermissionDenied) {
 			return result{outDenied, err}
 		}
-		return result{outUnknown, opErr(op.String(), l.name, unknown(ctx, rpcError(err)))}
+		return result{outUnknown, opErr(op.String(), l.name, unknown(ctx, record.RPCError(err)))}
 	}
 	st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 	if st.err != nil {
@@ -299,7 +300,7 @@ func (l *Lease) settleReleasing() (sawDelete bool) {
 func (l *Lease) reads() []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(l.key),
-		clientv3.OpGet(dirOf(l.key), headKey()...),
+		clientv3.OpGet(record.DirOf(l.key), record.HeadKey()...),
 	}
 }
 
@@ -312,7 +313,7 @@ func (l *Lease) reads() []clientv3.Op {
 func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	return l.c.etcd.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
-		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)),
+		clientv3.Compare(clientv3.Value(l.key), "=", record.EncodeValue(l.owner.Value(), l.count, l.payload)),
 	).Then(ops...).Commit()
 }
 
@@ -351,7 +352,7 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 		return stored{err: ErrNotFound}
 	}
 	kv := rec[0]
-	tok, n, payload, ok := decodeRecord(kv.Value)
+	tok, n, payload, ok := record.Decode(kv.Value)
 	if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 		return stored{err: ErrNotOwner}
 	}
@@ -361,7 +362,7 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 // ownMarker reports whether kv, the head of the lock's queue, is l's own
 // lock-delay marker: the lock is in l's delay, and nobody holds it.
 func (l *Lease) ownMarker(kv *mvccpb.KeyValue) bool {
-	return l.rec.mark != nil && string(kv.Key) == l.rec.mark.key
+	return l.rec.mark != nil && string(kv.Key) == l.rec.mark.Key
 }
 
 func (l *Lease) logResult(op opKind, result string, err error) {

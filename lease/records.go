@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/lease/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -79,8 +80,8 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 // acquiring goroutine before its waiter becomes a Lease, and not changed
 // after; the other fields are guarded by the table's lock.
 type entry struct {
-	value string     // the value the acquisition wrote: its owner token and hold count 1
-	mark  *delayMark // the lock-delay marker written with the record; nil if none
+	value string       // the value the acquisition wrote: its owner token and hold count 1
+	mark  *record.Mark // the lock-delay marker written with the record; nil if none
 	// uncertain: a request that wrote the record got no reply, so a copy
 	// of the write may still apply after the record is deleted (see
 	// orphan.uncertain).
@@ -130,7 +131,7 @@ func (t *records) subscribe(w *waiter) error {
 	}
 	w.reading()
 	w.own = t.watches.Own(w.key)
-	if w.kind.limit > 0 {
+	if w.kind.Limit > 0 {
 		w.block = t.watches.Hold(w.dir, true) // a permit may come from any holder
 	}
 	t.waiters[w.key] = w
@@ -274,7 +275,7 @@ func (t *records) put(kv *mvccpb.KeyValue) {
 		t.mu.Unlock()
 		return
 	}
-	tok, _, ok := decodeValue(kv.Value)
+	tok, _, ok := record.DecodeValue(kv.Value)
 	if l := t.held[key]; l != nil && rev > l.rev && l.rec.rel == relNone {
 		if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 			t.unhold(key)
@@ -305,7 +306,7 @@ func (t *records) deleted(key string, rev int64) {
 	if l := t.held[key]; l != nil && rev > l.rev {
 		ends = t.recordGone(l, ends)
 	}
-	for w := range t.byDir[dirOf(key)] {
+	for w := range t.byDir[record.DirOf(key)] {
 		w.onDelete(key, rev)
 	}
 	t.mu.Unlock()

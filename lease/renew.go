@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -31,7 +32,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
-	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+	if err := record.RPCError(err); errors.Is(err, ErrPermissionDenied) {
 		l.logResult(opRenew, "denied", err)
 		return opErr("renew", l.name, err)
 	}
@@ -92,7 +93,7 @@ func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse
 		case ctx.Err() == nil && tctx.Err() != nil:
 			err = fmt.Errorf("%w within %v", errNoReply, d)
 		}
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(rpcError(err), ErrPermissionDenied) || !r.again(ctx, l.c) {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(record.RPCError(err), ErrPermissionDenied) || !r.again(ctx, l.c) {
 			return nil, sent, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -97,7 +98,7 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 	sent := time.Now()
 	resp, err := c.etcd.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(rpcError(err), ctx.Err()))
+		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	if got := time.Duration(resp.TTL) * time.Second; got != ttl {
 		// etcd raises a TTL below its minimum without saying so; a holder
@@ -255,10 +256,10 @@ func (c *Client) keepAlive(s *session) {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			c.endSession(s, goneCause(s))
 			return
-		case errors.Is(rpcError(err), ErrPermissionDenied):
+		case errors.Is(record.RPCError(err), ErrPermissionDenied):
 			// etcd refuses to renew a lease when the user may not write
 			// every key attached to it; the session is as good as gone.
-			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, rpcError(err)))
+			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, record.RPCError(err)))
 			return
 		case err != nil && c.etcdClosed():
 			// The etcd client was closed under the Client: nothing can be

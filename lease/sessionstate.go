@@ -27,7 +27,7 @@ type session struct {
 	slots      map[string]struct{} // record keys in use (see claimSlot)
 	// shadows are the session's lock-delay leases, one per delay (see
 	// WithLockDelay), granted on first use; markers counts the markers
-	// written, to name the next (see delayMark).
+	// written, to name the next (see record.Mark).
 	shadows map[time.Duration]clientv3.LeaseID
 	markers uint64
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,17 +69,17 @@ func (e *NotCandidateError) Is(target error) bool { return target == ErrNotCandi
 // etcd read. Records of other kinds (a read lock of the same name) are
 // left out too.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+	resp, err := e.c.etcd.Get(ctx, record.Dir(e.c.cfg.prefix, e.name), record.QueueRecords()...)
 	if err != nil {
-		return nil, opErr("candidates", e.name, errors.Join(rpcError(err), ctx.Err()))
+		return nil, opErr("candidates", e.name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	var cs []Candidate
 	for i, kv := range resp.Kvs {
-		if k, ok := kindOf(string(kv.Key)); i == 0 || !ok || k != exclusive {
+		if k, ok := record.KindOf(string(kv.Key)); i == 0 || !ok || k != record.Exclusive {
 			continue
 		}
-		_, _, payload, _ := decodeRecord(kv.Value)
-		_, value := decodePayload(payload)
+		_, _, payload, _ := record.Decode(kv.Value)
+		_, value := record.DecodePayload(payload)
 		cs = append(cs, Candidate{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}})
 	}
 	return cs, nil
@@ -182,9 +183,9 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 // when to is not waiting; when this lease's record is not its own any
 // more, the lease is lost.
 func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, error) {
-	q, members, err := l.c.readSuccessor(ctx, dirOf(l.key), to.Term.Revision)
+	q, members, err := l.c.readSuccessor(ctx, record.DirOf(l.key), to.Term.Revision)
 	if err != nil {
-		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(rpcError(err), ctx.Err()))
+		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	own := position(q, l.key, l.rev)
 	var rec []*mvccpb.KeyValue
@@ -213,7 +214,7 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 // created at rev: a set's records (AcquireAll) share their creation
 // revision, so a candidate's record is the only record among them.
 func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, members []*mvccpb.KeyValue, err error) {
-	ops := []clientv3.Op{clientv3.OpGet(dir, queueRecords()...)}
+	ops := []clientv3.Op{clientv3.OpGet(dir, record.QueueRecords()...)}
 	if rev > 0 {
 		ops = append(ops, clientv3.OpGet(c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev)))
@@ -233,7 +234,7 @@ func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, m
 // order) of its head's record: 0, or 1 when a lock-delay marker sorts
 // ahead of the record it belongs to (they share a creation revision).
 func leaderIndex(q []*mvccpb.KeyValue) int {
-	if len(q) > 1 && q[0].CreateRevision == q[1].CreateRevision && isMarker(string(q[0].Key)) {
+	if len(q) > 1 && q[0].CreateRevision == q[1].CreateRevision && record.IsMarker(string(q[0].Key)) {
 		return 1
 	}
 	return 0
@@ -249,7 +250,7 @@ func leaderIndex(q []*mvccpb.KeyValue) int {
 // candidates, and nothing else, queue between the two (the leader's and
 // the candidate's own lock-delay markers aside).
 func successor(q []*mvccpb.KeyValue, lead int, rev int64, members []*mvccpb.KeyValue) (int, []*mvccpb.KeyValue, string) {
-	ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev && !isMarker(string(kv.Key)) })
+	ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev && !record.IsMarker(string(kv.Key)) })
 	switch {
 	case ti == lead:
 		return -1, nil, "it is the leader"
@@ -276,7 +277,7 @@ func passedOver(q []*mvccpb.KeyValue, lead, ti int) ([]*mvccpb.KeyValue, string)
 		if kv.CreateRevision == q[ti].CreateRevision || kv.CreateRevision == q[lead].CreateRevision {
 			continue // the candidate's or the leader's own marker
 		}
-		if k, ok := kindOf(string(kv.Key)); !ok || k != exclusive || kv.Lease == 0 {
+		if k, ok := record.KindOf(string(kv.Key)); !ok || k != record.Exclusive || kv.Lease == 0 {
 			return nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
 		}
 		skipped = append(skipped, kv)
@@ -291,19 +292,19 @@ func passedOver(q []*mvccpb.KeyValue, lead, ti int) ([]*mvccpb.KeyValue, string)
 // queue, is no candidate's, or "" if it is one. members are the keys
 // created at its revision (see readSuccessor).
 func whyNoCandidate(kv *mvccpb.KeyValue, members []*mvccpb.KeyValue) string {
-	k, ok := kindOf(string(kv.Key))
+	k, ok := record.KindOf(string(kv.Key))
 	switch {
 	case !ok:
 		return fmt.Sprintf("the record %s is no fencekit record", kv.Key)
-	case k != exclusive:
+	case k != record.Exclusive:
 		return fmt.Sprintf("a %s, not a candidate", k)
 	case kv.Lease == 0:
 		return "its record is kept by no session"
 	}
-	dir := dirOf(string(kv.Key))
+	dir := record.DirOf(string(kv.Key))
 	for _, m := range members {
-		if key := string(m.Key); dirOf(key) != dir && !isMarker(key) {
-			if _, ok := kindOf(key); ok {
+		if key := string(m.Key); record.DirOf(key) != dir && !record.IsMarker(key) {
+			if _, ok := record.KindOf(key); ok {
 				return "a member of a set (AcquireAll), not a candidate"
 			}
 		}
@@ -323,7 +324,7 @@ func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
 	// The successor's Client hears of it through its session's watch of
 	// requests (see waiter.headed), sooner than by reading the queue.
 	ops := []clientv3.Op{clientv3.OpDelete(string(p.own.Key)),
-		clientv3.OpPut(askKey(c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), string(p.to.Key)+"\n"+admitNote,
+		clientv3.OpPut(record.AskKey(c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), string(p.to.Key)+"\n"+admitNote,
 			clientv3.WithLease(clientv3.LeaseID(p.to.Lease)))}
 	for _, kv := range p.skipped {
 		key := string(kv.Key)
@@ -358,15 +359,15 @@ func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) 
 			}
 			p = next
 			continue
-		case errors.Is(rpcError(err), ErrPermissionDenied):
+		case errors.Is(record.RPCError(err), ErrPermissionDenied):
 			l.giveUpTerm(p)
-			return opErr(opTransfer.String(), l.name, rpcError(err))
+			return opErr(opTransfer.String(), l.name, record.RPCError(err))
 		}
 		unknownBefore = true
 		if !r.again(ctx, l.c) {
 			l.giveUpTerm(p)
 			l.c.met.result(opTransfer, "unknown").Inc()
-			return opErr(opTransfer.String(), l.name, unknown(ctx, rpcError(err)))
+			return opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))
 		}
 	}
 }
@@ -374,10 +375,10 @@ func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) 
 // replan reads the queue after the transfer's compare failed, and returns
 // the plan to send next, or done and the transfer's result.
 func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknownBefore bool, attempt int) (transferPlan, bool, error) {
-	resp, err := l.c.etcd.Get(ctx, dirOf(l.key), queueRecords()...)
+	resp, err := l.c.etcd.Get(ctx, record.DirOf(l.key), record.QueueRecords()...)
 	if err != nil {
 		l.giveUpTerm(p)
-		return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, rpcError(err)))
+		return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))
 	}
 	q := resp.Kvs
 	own := position(q, l.key, l.rev)
@@ -390,7 +391,7 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		case err != nil:
 			l.c.recs.forget(l, true)
 			l.c.met.result(opTransfer, "unknown").Inc()
-			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", rpcError(err))))
+			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", record.RPCError(err))))
 		case applied:
 			l.c.recs.forget(l, true)
 			return p, true, nil
@@ -439,7 +440,7 @@ func (l *Lease) transferApplied(ctx context.Context, p transferPlan) (bool, erro
 		if ev.Type != mvccpb.DELETE {
 			return false, nil // changed first, so no try compared true
 		}
-		note, err := l.c.etcd.Get(wctx, askKey(l.c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), clientv3.WithRev(ev.Kv.ModRevision))
+		note, err := l.c.etcd.Get(wctx, record.AskKey(l.c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), clientv3.WithRev(ev.Kv.ModRevision))
 		if err != nil {
 			return false, err
 		}
@@ -484,7 +485,7 @@ func (m *member) skipped(ctx context.Context) bool {
 	w.mu.Lock()
 	rev := w.myRev
 	w.mu.Unlock()
-	if rev == 0 || w.kind != exclusive {
+	if rev == 0 || w.kind != record.Exclusive {
 		return false
 	}
 	// One request: the note is there, and then deleted, or not.
@@ -493,7 +494,7 @@ func (m *member) skipped(ctx context.Context) bool {
 		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
 		// Unknown: a note left undeleted goes with its session.
-		c.log.Debug("lease transfer note not read", logattr.Lock(dirName(w.key)), slog.String("error", err.Error()))
+		c.log.Debug("lease transfer note not read", logattr.Lock(record.DirName(w.key)), slog.String("error", err.Error()))
 		return false
 	}
 	return resp.Succeeded
@@ -501,7 +502,7 @@ func (m *member) skipped(ctx context.Context) bool {
 
 // RequestTransfer asks the leader whose term is term to hand it to the
 // waiting candidate to, from any process: the cooperative, cross-process
-// form of Term.Transfer, as Admin.RequestRelease is of Release. The
+// form of Term.Transfer, as admin.Admin.RequestRelease is of Release. The
 // request is written only if term still leads and to still waits, in one
 // transaction comparing both records' creation revisions; otherwise it
 // writes nothing and returns a *NotHolderError (term does not lead) or a
@@ -526,13 +527,13 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
 	}
 	for range maxAttempts {
-		q, members, err := e.c.readSuccessor(ctx, lockDir(e.c.cfg.prefix, e.name), to.Term.Revision)
+		q, members, err := e.c.readSuccessor(ctx, record.Dir(e.c.cfg.prefix, e.name), to.Term.Revision)
 		if err != nil {
-			return opErr("request transfer", e.name, errors.Join(rpcError(err), ctx.Err()))
+			return opErr("request transfer", e.name, errors.Join(record.RPCError(err), ctx.Err()))
 		}
 		lead := leaderIndex(q)
 		switch {
-		case len(q) == 0, isMarker(string(q[lead].Key)):
+		case len(q) == 0, record.IsMarker(string(q[lead].Key)):
 			// Nobody leads: the queue is empty, or waits out a lock-delay.
 			return &NotHolderError{Lock: e.name, Revision: term}
 		case q[lead].CreateRevision != term:
@@ -545,7 +546,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: reason}
 		}
 		head := string(q[lead].Key)
-		put := clientv3.OpPut(askKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
+		put := clientv3.OpPut(record.AskKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
 			clientv3.WithLease(clientv3.LeaseID(q[lead].Lease)))
 		tr, err := e.c.etcd.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(head), "=", term),
@@ -553,7 +554,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		).Then(put).Commit()
 		switch {
 		case err != nil:
-			return opErr("request transfer", e.name, unknown(ctx, rpcError(err)))
+			return opErr("request transfer", e.name, unknown(ctx, record.RPCError(err)))
 		case tr.Succeeded:
 			e.c.log.Info("lease transfer requested", logattr.Lock(e.name), logattr.Fence(term), slog.Int64("successor", to.Term.Revision))
 			return nil
@@ -564,7 +565,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 }
 
 // ReleaseRequested is closed when someone asked this term's leader to
-// resign (Admin.RequestRelease) or to transfer the term
+// resign (admin.Admin.RequestRelease) or to transfer the term
 // (Election.RequestTransfer; see TransferRequested). It stays open
 // otherwise, also after the term ends.
 func (t *Term) ReleaseRequested() <-chan struct{} { return t.l.ReleaseRequested() }
@@ -586,7 +587,7 @@ func (t *Term) TransferRequested() (to Candidate, ok bool) {
 // named and still waits, and otherwise cancels fn's context with
 // ErrReleaseRequested, after which run releases l.
 func (l *Lease) honourAsk(ctx context.Context, cancel context.CancelCauseFunc) {
-	if to := l.asked.to.Load(); to != 0 && l.kind == exclusive {
+	if to := l.asked.to.Load(); to != 0 && l.kind == record.Exclusive {
 		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
 		err := l.transfer(tctx, Candidate{Term: fence.Token{Lock: l.name, Revision: to}})
 		tcancel()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"google.golang.org/grpc/codes"
 )
 
@@ -121,10 +122,10 @@ func (c *Client) checkServers(ctx context.Context) error {
 // refusedStatus reports whether err is a refusal of Status itself rather
 // than a failure to reach the member.
 func refusedStatus(err error) bool {
-	if errors.Is(rpcError(err), ErrPermissionDenied) {
+	if errors.Is(record.RPCError(err), ErrPermissionDenied) {
 		return true
 	}
-	code, ok := errCode(err)
+	code, ok := record.ErrCode(err)
 	return ok && code == codes.Unimplemented
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,7 +34,7 @@ import (
 // question: a delete counts only if it came after that record was created.
 type waiter struct {
 	key, dir, owner string
-	kind            recordKind
+	kind            record.Kind
 	tok             owner.Token
 	sess            *session
 	own             *keyWatch     // covers key; set by records.subscribe
@@ -168,7 +169,7 @@ func (w *waiter) confirm(kvs []*mvccpb.KeyValue) {
 
 // ownedBy reports whether a record's value carries the owner token tok.
 func ownedBy(val []byte, tok string) bool {
-	got, _, ok := decodeValue(val)
+	got, _, ok := record.DecodeValue(val)
 	return ok && got == tok
 }
 
@@ -230,7 +231,7 @@ func (w *waiter) setBlockers(blockers map[string]int64, need int, at int64) bool
 func (w *waiter) target() (key string, prefix bool, at int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.kind.limit > 0 {
+	if w.kind.Limit > 0 {
 		return w.dir, true, w.readAt
 	}
 	var last int64
@@ -298,11 +299,11 @@ func (m *member) pause(ctx context.Context, err error) error {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return errNoSession
 	}
-	if code, ok := errCode(err); ok {
+	if code, ok := record.ErrCode(err); ok {
 		switch code {
 		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
 			codes.ResourceExhausted, codes.OutOfRange:
-			return rpcError(err)
+			return record.RPCError(err)
 		}
 	}
 	t := time.NewTimer(25 * time.Millisecond)
