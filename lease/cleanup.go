@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -155,7 +156,7 @@ type leftRecord struct {
 // removeNow deletes left, the records of a try that failed with err, in
 // one transaction of owner-checked deletes (see deleteOps), and returns err
 // once every record is gone. A transaction whose reply is lost is sent
-// again, paced as a Release's tries are (see resender), within ctx and for
+// again, paced as a Release's tries are (see resend.Pacer), within ctx and for
 // up to one TTL: every delete compares its record's unique value, so a
 // resend after one that applied finds the records gone, as it would have.
 //
@@ -202,9 +203,9 @@ func (a *acquisition) deleteLeft(ctx context.Context, s *session, left []leftRec
 		cmp, del, get := deleteOps(r.key, r.value, r.mark)
 		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, del, get)
 	}
-	rs := newResender(s.ttl, &c.lat.change)
+	rs := resend.New(s.ttl, &c.lat.change)
 	for {
-		resp, err := a.txnWithin(ctx, rs.deadline(), ops)
+		resp, err := a.txnWithin(ctx, rs.Deadline(), ops)
 		switch {
 		case err == nil:
 			gone = make([]bool, len(left))
@@ -215,7 +216,7 @@ func (a *acquisition) deleteLeft(ctx context.Context, s *session, left []leftRec
 			return gone, nil
 		case errors.Is(record.RPCError(err), ErrPermissionDenied):
 			return nil, record.RPCError(err)
-		case !rs.again(ctx, c):
+		case !c.again(ctx, rs):
 			return nil, unknown(ctx, err)
 		}
 	}

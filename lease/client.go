@@ -36,14 +36,14 @@ type Client struct {
 	met      *metrics
 	tracer   trace.Tracer
 	bg       *group     // the Client's lifetime and background goroutines; stopped by Close
-	lat      latencies  // recent reply times (see resender)
+	lat      latencies  // recent reply times (see resend.Pacer)
 	sessions sessionSet // the sessions, and whether the Client is closed
 	recs     *records   // every record the Client knows, and its watches
 }
 
 // latencies are a Client's recent reply times, in ns.
 type latencies struct {
-	change atomic.Int64 // of Release, Reenter and Proclaim (see resender)
+	change atomic.Int64 // of Release, Reenter and Proclaim (see resend.Pacer)
 	renew  atomic.Int64 // of background renewals (see renewalDeadline)
 }
 

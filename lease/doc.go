@@ -502,6 +502,6 @@
 //     stream delivers events to the records table without it).
 //
 // Leases end, and their Done channels close, after these locks are
-// released. The ranks are in lockorder.go; tests built with the
+// released. The ranks are in internal/lockorder; tests built with the
 // fencekit_lockcheck tag check every Lock against them.
 package lease

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -223,7 +224,7 @@ func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 			if !o.watch(ctx) {
 				return
 			}
-			if !sleep(ctx, nil, 50*time.Millisecond) {
+			if !resend.Sleep(ctx, nil, 50*time.Millisecond) {
 				return
 			}
 		}

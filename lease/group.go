@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/fencekit/fencekit/lease/internal/resend"
 )
 
 // group is a Client's background work: goroutines bounded by the Client's
@@ -35,13 +37,4 @@ func (g *group) stop() {
 }
 
 // sleep waits d, and reports false if the group stopped first.
-func (g *group) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-g.ctx.Done():
-		return false
-	}
-}
+func (g *group) sleep(d time.Duration) bool { return resend.Sleep(g.ctx, nil, d) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 )
@@ -41,11 +42,11 @@ type Lease struct {
 
 	asked releaseAsk // see ReleaseRequested
 
-	opMu    opMutex       // serialises Renew, Reenter and Release
-	count   int           // hold count last confirmed in etcd; guarded by opMu
-	modRev  int64         // the record's mod revision last confirmed; guarded by opMu
-	pending []pendingCall // calls whose outcome is unknown; guarded by opMu
-	payload string        // the public value stored with the record (elections); guarded by opMu
+	opMu    lockorder.OpMutex // serialises Renew, Reenter and Release
+	count   int               // hold count last confirmed in etcd; guarded by opMu
+	modRev  int64             // the record's mod revision last confirmed; guarded by opMu
+	pending []pendingCall     // calls whose outcome is unknown; guarded by opMu
+	payload string            // the public value stored with the record (elections); guarded by opMu
 	// holds and value are count and payload as the getters (Holds,
 	// Term.Value) read them, without opMu, which is held across etcd round
 	// trips. value is nil for an empty payload (every lease but a term
@@ -182,7 +183,7 @@ func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) 
 // at once, rather than through context.AfterFunc, whose goroutine could
 // run after the end's next step.
 type boundContexts struct {
-	mu    boundMutex
+	mu    lockorder.BoundMutex
 	next  uint64
 	m     map[uint64]context.CancelCauseFunc
 	ended bool

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -84,7 +85,7 @@ func (l *Lease) Reenter(ctx context.Context) error {
 // change runs a Release, Reenter or Proclaim (op, storing payload). A try
 // whose reply is lost (no reply within its deadline, or a failure in
 // transit) is sent again at once, as the caller's own retry would be (see
-// resender): the lost-reply rules make that safe. The last unknown outcome
+// resend.Pacer): the lost-reply rules make that safe. The last unknown outcome
 // is returned when ctx ends or the resends' time is up. Each try is up to
 // maxAttempts attempts (see attempt), and conclude turns the last one's
 // outcome into the call's result.
@@ -94,17 +95,17 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	r := newResender(l.sess.ttl, &l.c.lat.change)
+	r := resend.New(l.sess.ttl, &l.c.lat.change)
 	for try := 0; ; try++ {
 		if done, err := l.afterEnd(op, try == 0); done {
 			return err
 		}
-		d := r.deadline()
+		d := r.Deadline()
 		res := l.attempt(ctx, d, op, payload)
 		for n := 1; res.out == outChanged && n < maxAttempts; n++ {
 			res = l.attempt(ctx, d, op, payload)
 		}
-		if res.out != outUnknown || !r.again(ctx, l.c) {
+		if res.out != outUnknown || !l.c.again(ctx, r) {
 			return l.conclude(op, res)
 		}
 		if l.c.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -326,7 +327,7 @@ func (l *Lease) txnWithin(ctx context.Context, d time.Duration, ops ...clientv3.
 	sent := time.Now()
 	resp, err := l.txn(tctx, ops...)
 	if err == nil {
-		observeLatency(&l.c.lat.change, time.Since(sent))
+		resend.ObserveLatency(&l.c.lat.change, time.Since(sent))
 	} else if ctx.Err() == nil && tctx.Err() != nil {
 		err = fmt.Errorf("%w within %v", errNoReply, d)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/lease/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -30,7 +31,7 @@ type records struct {
 	keeper sessionKeeper
 	busy   busyLocks // lock directories found taken lately (see enqueue); its own lock
 
-	mu      recordsMutex
+	mu      lockorder.RecordsMutex
 	closed  bool
 	watches *watchmux.Set
 	held    map[string]*Lease  // record key -> lease
@@ -69,7 +70,7 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		ttl:     cfg.ttl,
 	}
 	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
-		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
+		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &lockorder.StreamMutex{}})
 	return t
 }
 
@@ -515,7 +516,7 @@ const maxBusy = 4096
 // therefore written the queueing way until an acquisition finds it free
 // again.
 type busyLocks struct {
-	mu   busyMutex
+	mu   lockorder.BusyMutex
 	dirs map[string]struct{}
 }
 

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -17,8 +19,8 @@ import (
 // acquisitions use, one per TTL, every session not yet ended, and whether
 // the Client is closed.
 type sessionSet struct {
-	grant   grantMutex          // serialises session creation
-	checked map[string]struct{} // endpoints whose version was checked; guarded by grant
+	grant   lockorder.GrantMutex // serialises session creation
+	checked map[string]struct{}  // endpoints whose version was checked; guarded by grant
 	// bound is the number of records a session takes (maxSessionRecords;
 	// tests lower it before the first acquisition).
 	bound int
@@ -27,7 +29,7 @@ type sessionSet struct {
 	// Client's gets the default margin of its own TTL.
 	fixedMargin bool
 
-	mu     sessionsMutex // guards the fields below
+	mu     lockorder.SessionsMutex // guards the fields below
 	closed bool
 	cur    map[time.Duration]*session // per TTL, the session new acquisitions use
 	live   map[*session]struct{}      // every session not yet ended
@@ -306,7 +308,7 @@ func goneCause(s *session) error {
 // and is then sent again, to the client's next endpoint; the last one
 // before the validity deadline waits until it.
 func (c *Client) renewalDeadline(sent, until time.Time, interval time.Duration) time.Time {
-	d := max(interval/3, 4*time.Duration(c.lat.renew.Load()), minTryDeadline)
+	d := max(interval/3, 4*time.Duration(c.lat.renew.Load()), resend.MinTryDeadline)
 	if until.Sub(sent) > 2*d+max(interval/4, 20*time.Millisecond) {
 		return sent.Add(d)
 	}

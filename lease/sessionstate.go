@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,7 +22,7 @@ type session struct {
 	margin time.Duration
 	fin    endOnce // the session's end
 
-	mu         sessionMutex
+	mu         lockorder.SessionMutex
 	validUntil time.Time
 	timer      *time.Timer
 	slots      map[string]struct{} // record keys in use (see claimSlot)

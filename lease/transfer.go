@@ -13,6 +13,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
 	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -340,10 +341,10 @@ func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
 // outcome is unknown, and planning it again when a skipped record changed
 // under it. The term has ended; the record must go whatever happens.
 func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) error {
-	r := newResender(l.sess.ttl, &l.c.lat.change)
+	r := resend.New(l.sess.ttl, &l.c.lat.change)
 	unknownBefore := false
 	for attempt := 1; ; attempt++ {
-		d := r.deadline()
+		d := r.Deadline()
 		tctx, cancel := context.WithTimeout(ctx, d)
 		resp, err := p.txn(tctx, l.c).Commit()
 		cancel()
@@ -364,7 +365,7 @@ func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) 
 			return opErr(opTransfer.String(), l.name, record.RPCError(err))
 		}
 		unknownBefore = true
-		if !r.again(ctx, l.c) {
+		if !l.c.again(ctx, r) {
 			l.giveUpTerm(p)
 			l.c.met.result(opTransfer, "unknown").Inc()
 			return opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))

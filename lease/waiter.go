@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -45,7 +46,7 @@ type waiter struct {
 	position        int           // records that blocked it when it queued
 	queued          time.Time     // when the acquisition started
 
-	mu       waiterMutex
+	mu       lockorder.WaiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
 	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
 	blockers map[string]int64 // records ahead that block it: key -> creation revision; nil while reading
