@@ -276,7 +276,7 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	callerCtx := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
+	stop := context.AfterFunc(s.fin.Context(), func() { cancel(s.cause()) })
 	defer stop()
 	ms, err := a.members(ctx, s, keys)
 	if err != nil {
@@ -336,7 +336,7 @@ func (a *acquisition) members(ctx context.Context, s *session, keys []string) ([
 		val := record.EncodeValue(tok.Value(), 1, req.payload)
 		w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 			wakec: make(chan struct{}, 1), queued: time.Now(), rec: &entry{value: val}}
-		w.fin.init()
+		w.fin.Init()
 		m := &member{c: c, req: req, w: w, val: val}
 		var err error
 		if req.lockDelay > 0 {
@@ -471,7 +471,7 @@ func (a *acquisition) releaseAdmitted(leases []*Lease) {
 		if l == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
+		ctx, cancel := context.WithTimeout(c.bg.Context(), l.sess.ttl)
 		if err := l.Release(ctx); err != nil {
 			c.log.Warn("lease set: release of an admitted lock failed; it ends with its session",
 				logattr.Lock(l.name), slog.String("error", err.Error()))

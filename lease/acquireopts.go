@@ -152,7 +152,7 @@ func withTTLOnly(req request, opts []AcquireOption) (request, error) {
 // ends first.
 func (l *Lease) capHold(d time.Duration) {
 	t := time.AfterFunc(d, l.expireHold)
-	context.AfterFunc(l.fin.ctx, func() { t.Stop() })
+	context.AfterFunc(l.fin.Context(), func() { t.Stop() })
 }
 
 // expireHold ends l, which reached its maximum hold, and then deletes its
@@ -166,7 +166,7 @@ func (l *Lease) expireHold() {
 	}
 	l.opMu.Unlock()
 	if live {
-		l.c.bg.spawn(l.dropRecord)
+		l.c.bg.Spawn(l.dropRecord)
 	}
 }
 
@@ -177,7 +177,7 @@ func (l *Lease) expireHold() {
 // the Client closes.
 func (l *Lease) dropRecord() {
 	for {
-		ctx, cancel := context.WithTimeout(l.c.bg.ctx, l.sess.ttl)
+		ctx, cancel := context.WithTimeout(l.c.bg.Context(), l.sess.ttl)
 		resp, err := l.c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
 			Then(clientv3.OpDelete(l.key)).Commit()
 		cancel()
@@ -190,7 +190,7 @@ func (l *Lease) dropRecord() {
 		case l.sess.failure() != nil:
 			return
 		}
-		if !l.c.bg.sleep(100 * time.Millisecond) {
+		if !l.c.bg.Sleep(100 * time.Millisecond) {
 			return
 		}
 	}

@@ -182,7 +182,7 @@ func (m *member) watchTarget(ctx context.Context) (target string, covered bool, 
 	if _, err := m.wait(ctx, m.c.recs.watches.Created(kw), nil); err != nil {
 		return "", false, err
 	}
-	if m.c.bg.ctx.Err() != nil {
+	if m.c.bg.Context().Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
 	return key, kw.Start() <= at, nil
@@ -251,7 +251,7 @@ func (m *member) promote(rev int64) (*Lease, error) {
 		rec:      w.rec,
 	}
 	l.confirm(1, req.payload, rev)
-	l.fin.init()
+	l.fin.Init()
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 	}
 	newWaiter := func(key, tok string, myRev, readAt int64) *waiter {
 		w := &waiter{key: key, dir: dir, owner: tok, wakec: make(chan struct{}, 1)}
-		w.fin.init()
+		w.fin.Init()
 		w.setMyRev(myRev)
 		w.setBlockers(map[string]int64{dir + "head": 1}, 1, readAt)
 		return w
@@ -105,7 +105,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 	})
 	t.Run("admitted by the read that found the record", func(t *testing.T) {
 		w := &waiter{key: dir + "e", dir: dir, owner: "tok-e", wakec: make(chan struct{}, 1)}
-		w.fin.init()
+		w.fin.Init()
 		w.setMyRev(10)
 		w.reading()
 		w.onDelete(dir+"head", 12) // seen while reading at 15

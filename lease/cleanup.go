@@ -89,15 +89,15 @@ func (t *records) cleanOrphan(key string, o orphan) {
 	}
 	o.busy = true
 	t.orphans[key] = o
-	t.bg.spawn(func() { t.deleteOrphan(key, o) })
+	t.bg.Spawn(func() { t.deleteOrphan(key, o) })
 }
 
 func (t *records) deleteOrphan(key string, o orphan) {
-	ctx, cancel := context.WithTimeout(t.bg.ctx, o.sess.ttl/3)
+	ctx, cancel := context.WithTimeout(t.bg.Context(), o.sess.ttl/3)
 	cmp, del, get := deleteOps(key, o.value, o.mark)
 	resp, err := t.etcd.Txn(ctx).If(cmp).Then(del...).Else(get...).Commit()
 	cancel()
-	if t.settleOrphan(key, o, resp, err) && t.bg.ctx.Err() == nil {
+	if t.settleOrphan(key, o, resp, err) && t.bg.Context().Err() == nil {
 		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(record.DirName(key)), slog.String("error", err.Error()))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -35,10 +36,10 @@ type Client struct {
 	log      *slog.Logger
 	met      *metrics
 	tracer   trace.Tracer
-	bg       *group     // the Client's lifetime and background goroutines; stopped by Close
-	lat      latencies  // recent reply times (see resend.Pacer)
-	sessions sessionSet // the sessions, and whether the Client is closed
-	recs     *records   // every record the Client knows, and its watches
+	bg       *lifetime.Group // the Client's lifetime and background goroutines; stopped by Close
+	lat      latencies       // recent reply times (see resend.Pacer)
+	sessions sessionSet      // the sessions, and whether the Client is closed
+	recs     *records        // every record the Client knows, and its watches
 }
 
 // latencies are a Client's recent reply times, in ns.
@@ -93,7 +94,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		cfg:    cfg,
 		src:    src,
 		log:    cfg.obs.Logger,
-		bg:     newGroup(),
+		bg:     lifetime.NewGroup(),
 		sessions: sessionSet{
 			bound:       maxSessionRecords,
 			fixedMargin: fixedMargin,
@@ -150,7 +151,7 @@ func (c *Client) Close() error {
 		for _, s := range live {
 			c.endSession(s, ErrEtcdClosed)
 		}
-		c.bg.stop()
+		c.bg.Stop()
 		return fmt.Errorf("lease: close: %w", ErrEtcdClosed)
 	}
 	var errs []error
@@ -159,7 +160,7 @@ func (c *Client) Close() error {
 			errs = append(errs, c.revoke(s))
 		}
 	}
-	c.bg.stop()
+	c.bg.Stop()
 	return errors.Join(errs...)
 }
 

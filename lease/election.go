@@ -156,7 +156,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...AcquireOp
 	}
 	e.c.met.leading.Inc()
 	e.c.met.terms.Inc()
-	context.AfterFunc(l.fin.ctx, e.c.met.leading.Dec)
+	context.AfterFunc(l.fin.Context(), e.c.met.leading.Dec)
 	return t, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
 	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
@@ -54,7 +55,7 @@ type Lease struct {
 	holds atomic.Int64
 	value atomic.Pointer[string]
 
-	fin   endOnce       // the lease's end: Err and Done
+	fin   lifetime.End  // the lease's end: Err and Done
 	bound boundContexts // the contexts Context made, cancelled by the end
 }
 
@@ -111,7 +112,7 @@ func (l *Lease) String() string {
 // closes; Err says why. When renewals stop being confirmed, Done closes a
 // safety margin before the server could expire the session, so before any
 // other client can acquire the lock.
-func (l *Lease) Done() <-chan struct{} { return l.fin.done() }
+func (l *Lease) Done() <-chan struct{} { return l.fin.Done() }
 
 // Err returns nil while the lease is held. After Done closes it returns
 // ErrReleased, ErrClosed, or a *LostError (matching ErrLost and its cause).
@@ -119,7 +120,7 @@ func (l *Lease) Err() error {
 	if l == nil {
 		return errNilLease
 	}
-	return l.fin.err()
+	return l.fin.Err()
 }
 
 // Holds returns the hold count: 1 after Acquire, plus one per Reenter, minus
@@ -169,7 +170,7 @@ func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) 
 	ctx, cancel := context.WithCancelCause(ctx)
 	id, ok := l.bound.add(cancel)
 	if !ok {
-		cancel(l.fin.err()) // ended already
+		cancel(l.fin.Err()) // ended already
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	return ctx, func() {
@@ -226,7 +227,7 @@ func (b *boundContexts) end(cause error) {
 
 // end ends the lease with err, once.
 func (l *Lease) end(err error) {
-	if !l.fin.begin(err) {
+	if !l.fin.Begin(err) {
 		return
 	}
 	// Count and log before Done closes, so that whoever wakes on Done
@@ -240,10 +241,10 @@ func (l *Lease) end(err error) {
 	// Contexts from Context are cancelled here, not by a goroutine: a
 	// Transfer sends its transaction right after end returns.
 	l.bound.end(err)
-	l.fin.finish()
+	l.fin.Finish()
 	if l.rec.mark != nil && errors.Is(err, ErrLost) && l.sess.failure() == nil {
 		// Not released: the lock waits out the delay (see WithLockDelay).
-		l.c.bg.spawn(l.expireMarker)
+		l.c.bg.Spawn(l.expireMarker)
 	}
 }
 

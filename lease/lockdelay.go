@@ -103,7 +103,7 @@ func (c *Client) shadowFor(ctx context.Context, s *session, d time.Duration) (cl
 	if !kept {
 		// Another acquisition granted one first, or s ended: nothing is
 		// attached to this one.
-		c.bg.spawn(func() { c.revokeLease(resp.ID, s.ttl) })
+		c.bg.Spawn(func() { c.revokeLease(resp.ID, s.ttl) })
 	}
 	return id, nil
 }
@@ -111,7 +111,7 @@ func (c *Client) shadowFor(ctx context.Context, s *session, d time.Duration) (cl
 // revokeLease revokes an etcd lease of the Client's, bounded by ttl; a
 // lease it fails to revoke expires by itself.
 func (c *Client) revokeLease(id clientv3.LeaseID, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(c.bg.ctx, ttl)
+	ctx, cancel := context.WithTimeout(c.bg.Context(), ttl)
 	defer cancel()
 	_, _ = c.etcd.Revoke(ctx, id)
 }
@@ -144,11 +144,11 @@ func (c *Client) renewShadows(ctx context.Context, s *session) error {
 func (l *Lease) expireMarker() {
 	c, m := l.c, l.rec.mark
 	for attempt := 0; ; attempt++ {
-		if l.sess.failure() != nil || c.bg.ctx.Err() != nil {
+		if l.sess.failure() != nil || c.bg.Context().Err() != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
-		discard := func(id clientv3.LeaseID, ttl time.Duration) { c.bg.spawn(func() { c.revokeLease(id, ttl) }) }
+		ctx, cancel := context.WithTimeout(c.bg.Context(), l.sess.ttl)
+		discard := func(id clientv3.LeaseID, ttl time.Duration) { c.bg.Spawn(func() { c.revokeLease(id, ttl) }) }
 		err := record.MoveMarker(ctx, c.etcd, m, discard)
 		cancel()
 		if err == nil {
@@ -158,7 +158,7 @@ func (l *Lease) expireMarker() {
 			c.log.Warn("lease lock-delay marker not moved; trying again", logattr.Lock(l.name), logattr.Fence(l.rev),
 				slog.String("error", err.Error()))
 		}
-		if !c.bg.sleep(100 * time.Millisecond) {
+		if !c.bg.Sleep(100 * time.Millisecond) {
 			return
 		}
 	}

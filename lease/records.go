@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
 	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/lease/internal/watchmux"
@@ -26,7 +27,7 @@ import (
 // and never calls out of the package: leases end after mu is released.
 type records struct {
 	etcd   *clientv3.Client
-	bg     *group
+	bg     *lifetime.Group
 	log    *slog.Logger
 	keeper sessionKeeper
 	busy   busyLocks // lock directories found taken lately (see enqueue); its own lock
@@ -56,7 +57,7 @@ type sessionKeeper interface {
 	checkGone(s *session)
 }
 
-func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats watchmux.Stats) *records {
+func newRecords(cli *clientv3.Client, bg *lifetime.Group, log *slog.Logger, cfg config, keeper sessionKeeper, stats watchmux.Stats) *records {
 	t := &records{
 		etcd:    cli,
 		bg:      bg,
@@ -69,7 +70,7 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		uses:    map[*session]int{},
 		ttl:     cfg.ttl,
 	}
-	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
+	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.Context(), Go: bg.Spawn, Sleep: bg.Sleep, Log: log,
 		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &lockorder.StreamMutex{}})
 	return t
 }

@@ -23,5 +23,5 @@ func (c *Client) renewed(d time.Duration) {
 // resend.Pacer): not once ctx has ended, the Client or its etcd client is
 // closed, or the time for tries is up.
 func (c *Client) again(ctx context.Context, r *resend.Pacer) bool {
-	return !c.etcdClosed() && r.Again(ctx, c.bg.ctx)
+	return !c.etcdClosed() && r.Again(ctx, c.bg.Context())
 }

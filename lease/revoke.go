@@ -18,14 +18,14 @@ import (
 // each lease it names (see Lease.ReleaseRequested). A request is deleted
 // once handled.
 func (c *Client) watchAsks(s *session, from int64) {
-	ctx, cancel := context.WithCancel(c.bg.ctx)
+	ctx, cancel := context.WithCancel(c.bg.Context())
 	defer cancel()
-	stop := context.AfterFunc(s.fin.ctx, cancel)
+	stop := context.AfterFunc(s.fin.Context(), cancel)
 	defer stop()
 	dir := record.AskDir(c.cfg.prefix, s.keyID)
 	for ctx.Err() == nil {
 		from = c.followAsks(ctx, dir, from)
-		if !c.bg.sleep(100 * time.Millisecond) {
+		if !c.bg.Sleep(100 * time.Millisecond) {
 			return
 		}
 		from = c.catchUpAsks(ctx, dir, from)

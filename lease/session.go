@@ -120,7 +120,7 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 		slots:      map[string]struct{}{},
 		bound:      c.sessions.bound,
 	}
-	s.fin.init()
+	s.fin.Init()
 	ss := &c.sessions
 	ss.mu.Lock()
 	if ss.closed {
@@ -132,8 +132,8 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 	ss.cur[ttl] = s
 	ss.live[s] = struct{}{}
 	s.armDeadline(func() { c.onDeadline(s) })
-	c.bg.spawn(func() { c.keepAlive(s) })
-	c.bg.spawn(func() { c.watchAsks(s, resp.ResponseHeader.Revision+1) })
+	c.bg.Spawn(func() { c.keepAlive(s) })
+	c.bg.Spawn(func() { c.watchAsks(s, resp.ResponseHeader.Revision+1) })
 	ss.mu.Unlock()
 	if old != nil {
 		c.recs.retireIfIdle(old)
@@ -191,7 +191,7 @@ func (c *Client) revoke(s *session) error {
 // retire ends and revokes s, tainted or full and unused (see
 // records.retireUnused), in the background.
 func (c *Client) retire(s *session) {
-	c.bg.spawn(func() {
+	c.bg.Spawn(func() {
 		if c.endSession(s, errRetired) {
 			if err := c.revoke(s); err != nil {
 				c.log.Warn("lease retired session revoke failed; it expires within its TTL",
@@ -206,8 +206,8 @@ func (c *Client) retire(s *session) {
 // expired session is reported as ErrSessionExpired (its records go first,
 // its end is seen later), a deleted record as ErrKeyDeleted.
 func (c *Client) checkGone(s *session) {
-	c.bg.spawn(func() {
-		ctx, cancel := context.WithTimeout(c.bg.ctx, min(s.ttl/4, time.Second))
+	c.bg.Spawn(func() {
+		ctx, cancel := context.WithTimeout(c.bg.Context(), min(s.ttl/4, time.Second))
 		resp, err := c.etcd.TimeToLive(ctx, s.id)
 		cancel()
 		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
@@ -232,9 +232,9 @@ func (c *Client) keepAlive(s *session) {
 	for {
 		select {
 		case <-t.C:
-		case <-s.fin.done():
+		case <-s.fin.Done():
 			return
-		case <-c.bg.ctx.Done():
+		case <-c.bg.Context().Done():
 			return
 		}
 		until := s.until()
@@ -242,7 +242,7 @@ func (c *Client) keepAlive(s *session) {
 		if floor := sent.Add(interval); until.Before(floor) {
 			until = floor
 		}
-		ctx, cancel := context.WithDeadline(c.bg.ctx, c.renewalDeadline(sent, until, interval))
+		ctx, cancel := context.WithDeadline(c.bg.Context(), c.renewalDeadline(sent, until, interval))
 		// The lock-delay leases first: the session is renewed only once
 		// they are, so that each outlasts it by its delay.
 		err := c.renewShadows(ctx, s)
@@ -270,7 +270,7 @@ func (c *Client) keepAlive(s *session) {
 			c.endSession(s, ErrEtcdClosed)
 			return
 		case err != nil:
-			if c.bg.ctx.Err() != nil {
+			if c.bg.Context().Err() != nil {
 				return
 			}
 			c.log.Warn("lease session renewal failed", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
@@ -329,7 +329,7 @@ func (c *Client) onDeadline(s *session) {
 	if ss.closed { // Close revokes it
 		return
 	}
-	c.bg.spawn(func() {
+	c.bg.Spawn(func() {
 		if err := c.revoke(s); err != nil {
 			c.log.Warn("lease session revoke after deadline failed", slog.String("error", err.Error()))
 		}

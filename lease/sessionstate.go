@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
 	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,7 +21,7 @@ type session struct {
 	keyID  string // id as record keys carry it: 16 hex digits and a dash
 	ttl    time.Duration
 	margin time.Duration
-	fin    endOnce // the session's end
+	fin    lifetime.End // the session's end
 
 	mu         lockorder.SessionMutex
 	validUntil time.Time
@@ -60,12 +61,12 @@ type session struct {
 
 // failure returns why s ended, or nil while it lasts.
 func (s *session) failure() error {
-	return s.fin.err()
+	return s.fin.Err()
 }
 
 // finish ends s with cause, and reports whether this call ended it.
 func (s *session) finish(cause error) bool {
-	if !s.fin.end(cause) {
+	if !s.fin.End(cause) {
 		return false
 	}
 	s.mu.Lock()
@@ -96,7 +97,7 @@ func (s *session) until() time.Time {
 func (s *session) extend(until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fin.err() == nil && until.After(s.validUntil) {
+	if s.fin.Err() == nil && until.After(s.validUntil) {
 		s.validUntil = until
 	}
 }
@@ -115,7 +116,7 @@ func (s *session) armDeadline(expire func()) {
 func (s *session) pastDeadline() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fin.err() != nil {
+	if s.fin.Err() != nil {
 		return false
 	}
 	if d := time.Until(s.validUntil); d > 0 {
@@ -192,7 +193,7 @@ func (s *session) addUncertain() bool {
 func (s *session) retirable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return (s.tainted || s.full) && s.fin.err() == nil
+	return (s.tainted || s.full) && s.fin.Err() == nil
 }
 
 // closedToNew reports whether new acquisitions must use another session:
@@ -262,7 +263,7 @@ func (s *session) addShadow(d time.Duration, id clientv3.LeaseID) (use clientv3.
 	if cur, ok := s.shadows[d]; ok {
 		return cur, false
 	}
-	if s.fin.err() != nil {
+	if s.fin.Err() != nil {
 		return id, false
 	}
 	if s.shadows == nil {

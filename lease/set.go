@@ -272,7 +272,7 @@ func newSet(names []string, leases []*Lease, rev int64) *Set {
 	s := &Set{names: names, leases: leases, rev: rev}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for _, l := range leases {
-		context.AfterFunc(l.fin.ctx, func() { s.cancel(l.Err()) })
+		context.AfterFunc(l.fin.Context(), func() { s.cancel(l.Err()) })
 	}
 	return s
 }

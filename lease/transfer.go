@@ -162,7 +162,7 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 	// End the term before anything that could admit the successor is
 	// sent: its holder stops before the successor can start.
 	if !l.c.recs.startRelease(l) {
-		return opErr(opTransfer.String(), l.name, context.Cause(l.fin.ctx))
+		return opErr(opTransfer.String(), l.name, context.Cause(l.fin.Context()))
 	}
 	l.end(ErrTransferred)
 	ended := time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
 	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
@@ -41,7 +42,7 @@ type waiter struct {
 	own             *keyWatch     // covers key; set by records.subscribe
 	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
-	fin             endOnce       // ends when the waiter's own record went
+	fin             lifetime.End  // ends when the waiter's own record went
 	rec             *entry        // the table's entry of its record, which its Lease takes over
 	position        int           // records that blocked it when it queued
 	queued          time.Time     // when the acquisition started
@@ -193,12 +194,12 @@ func (w *waiter) wake() {
 }
 
 func (w *waiter) fail(err error) {
-	w.fin.end(err)
+	w.fin.End(err)
 }
 
 // failure returns why the waiter failed, or nil.
 func (w *waiter) failure() error {
-	return w.fin.err()
+	return w.fin.Err()
 }
 
 // reading starts a queue read: deletes are remembered until setBlockers.
@@ -323,13 +324,13 @@ func (m *member) wait(ctx context.Context, ch <-chan struct{}, tick <-chan time.
 		return false, nil
 	case <-tick:
 		return true, nil
-	case <-w.fin.done():
+	case <-w.fin.Done():
 		return false, w.failure()
-	case <-w.sess.fin.done():
+	case <-w.sess.fin.Done():
 		return false, w.sess.cause()
 	case <-ctx.Done():
 		return false, context.Cause(ctx)
-	case <-c.bg.ctx.Done():
+	case <-c.bg.Context().Done():
 		return false, ErrClosed
 	}
 }
