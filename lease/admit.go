@@ -67,7 +67,7 @@ func (m *member) awaitAdmission(ctx context.Context) (*Lease, error) {
 // m is admitted.
 func (m *member) place() (int64, bool, error) {
 	w, queue := m.w, m.queue
-	pos := position(queue, w.key, 0)
+	pos := record.Position(queue, w.key, 0)
 	switch {
 	case pos < 0 && m.req.try:
 		return 0, false, ErrHeld
@@ -85,17 +85,6 @@ func (m *member) place() (int64, bool, error) {
 	}
 	w.position = len(blockers)
 	return myRev, w.setBlockers(blockers, need, m.readRev), nil
-}
-
-// position returns the index of the record at key in queue (created at
-// crev, unless 0), or -1.
-func position(queue []*mvccpb.KeyValue, key string, crev int64) int {
-	for i, kv := range queue {
-		if string(kv.Key) == key && (crev == 0 || kv.CreateRevision == crev) {
-			return i
-		}
-	}
-	return -1
 }
 
 // waitBehind waits behind m's target (see watchTarget) until that record
@@ -196,7 +185,7 @@ func (m *member) reread(ctx context.Context) error {
 		w.reading()
 		resp, err := m.c.etcd.Get(ctx, w.dir, opts...)
 		if err == nil {
-			pos := position(resp.Kvs, w.key, w.myRev)
+			pos := record.Position(resp.Kvs, w.key, w.myRev)
 			if pos < 0 {
 				return ErrKeyDeleted
 			}

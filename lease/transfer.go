@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -188,7 +186,7 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 	if err != nil {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
-	own := position(q, l.key, l.rev)
+	own := record.Position(q, l.key, l.rev)
 	var rec []*mvccpb.KeyValue
 	if own >= 0 {
 		rec = q[own : own+1]
@@ -200,10 +198,10 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 	}
 	l.confirm(st.count, st.payload, st.modRev)
 	l.pending = nil
-	if own != leaderIndex(q) {
+	if own != record.LeaderIndex(q) {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.New("a record no session keeps heads the queue"))
 	}
-	ti, skipped, reason := successor(q, own, to.Term.Revision, members)
+	ti, skipped, reason := record.Successor(q, own, to.Term.Revision, members, MaxTransferSkip)
 	if reason != "" {
 		return transferPlan{}, l.notCandidate(to, reason, false)
 	}
@@ -231,88 +229,6 @@ func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, m
 	return q, members, nil
 }
 
-// leaderIndex returns the index in an election's queue q (in creation
-// order) of its head's record: 0, or 1 when a lock-delay marker sorts
-// ahead of the record it belongs to (they share a creation revision).
-func leaderIndex(q []*mvccpb.KeyValue) int {
-	if len(q) > 1 && q[0].CreateRevision == q[1].CreateRevision && record.IsMarker(string(q[0].Key)) {
-		return 1
-	}
-	return 0
-}
-
-// successor judges, for Transfer and RequestTransfer alike, the candidate
-// whose term is rev in an election's queue q (in creation order), led by
-// the record at lead: it returns the index of the candidate's record and
-// the records a transfer passes over, or the reason why rev names no
-// waiting candidate that a transfer could admit. members is what
-// readSuccessor read at rev. A candidate is an exclusive record, kept by
-// a session, of no set, behind the leader, and at most MaxTransferSkip
-// candidates, and nothing else, queue between the two (the leader's and
-// the candidate's own lock-delay markers aside).
-func successor(q []*mvccpb.KeyValue, lead int, rev int64, members []*mvccpb.KeyValue) (int, []*mvccpb.KeyValue, string) {
-	ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev && !record.IsMarker(string(kv.Key)) })
-	switch {
-	case ti == lead:
-		return -1, nil, "it is the leader"
-	case ti < 0 && rev > 0 && slices.ContainsFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev }):
-		return -1, nil, "a lock-delay marker whose record is gone: nobody waits there"
-	case ti < lead:
-		return -1, nil, "no such candidate waits"
-	}
-	if reason := whyNoCandidate(q[ti], members); reason != "" {
-		return -1, nil, reason
-	}
-	skipped, reason := passedOver(q, lead, ti)
-	if reason != "" {
-		return -1, nil, reason
-	}
-	return ti, skipped, ""
-}
-
-// passedOver returns the candidates that a transfer from the leader at
-// lead to the candidate at ti passes over, or why it cannot.
-func passedOver(q []*mvccpb.KeyValue, lead, ti int) ([]*mvccpb.KeyValue, string) {
-	var skipped []*mvccpb.KeyValue
-	for _, kv := range q[lead+1 : ti] {
-		if kv.CreateRevision == q[ti].CreateRevision || kv.CreateRevision == q[lead].CreateRevision {
-			continue // the candidate's or the leader's own marker
-		}
-		if k, ok := record.KindOf(string(kv.Key)); !ok || k != record.Exclusive || kv.Lease == 0 {
-			return nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
-		}
-		skipped = append(skipped, kv)
-	}
-	if len(skipped) > MaxTransferSkip {
-		return nil, fmt.Sprintf("%d candidates queue ahead of it, more than %d", len(skipped), MaxTransferSkip)
-	}
-	return skipped, ""
-}
-
-// whyNoCandidate returns why the record kv, which waits in an election's
-// queue, is no candidate's, or "" if it is one. members are the keys
-// created at its revision (see readSuccessor).
-func whyNoCandidate(kv *mvccpb.KeyValue, members []*mvccpb.KeyValue) string {
-	k, ok := record.KindOf(string(kv.Key))
-	switch {
-	case !ok:
-		return fmt.Sprintf("the record %s is no fencekit record", kv.Key)
-	case k != record.Exclusive:
-		return fmt.Sprintf("a %s, not a candidate", k)
-	case kv.Lease == 0:
-		return "its record is kept by no session"
-	}
-	dir := record.DirOf(string(kv.Key))
-	for _, m := range members {
-		if key := string(m.Key); record.DirOf(key) != dir && !record.IsMarker(key) {
-			if _, ok := record.KindOf(key); ok {
-				return "a member of a set (AcquireAll), not a candidate"
-			}
-		}
-	}
-	return ""
-}
-
 // txn is the plan's transaction: if the term's record is as read, to's
 // record and each skipped one still exist, delete the term's record and
 // the skipped ones, noting each skip.
@@ -331,7 +247,7 @@ func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
 		key := string(kv.Key)
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision))
 		ops = append(ops, clientv3.OpDelete(key),
-			clientv3.OpPut(skipKey(c.cfg.prefix, key, kv.CreateRevision), strconv.FormatInt(p.to.CreateRevision, 10),
+			clientv3.OpPut(record.SkipKey(c.cfg.prefix, key, kv.CreateRevision), strconv.FormatInt(p.to.CreateRevision, 10),
 				clientv3.WithLease(clientv3.LeaseID(kv.Lease))))
 	}
 	return c.etcd.Txn(ctx).If(cmps...).Then(ops...)
@@ -382,7 +298,7 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))
 	}
 	q := resp.Kvs
-	own := position(q, l.key, l.rev)
+	own := record.Position(q, l.key, l.rev)
 	if own < 0 && unknownBefore {
 		// An earlier try, whose reply was lost, may have deleted the
 		// record, or something else did (its session ended): only that
@@ -409,7 +325,7 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		return p, true, opErr(opTransfer.String(), l.name, cause)
 	}
 	p.own = q[own]
-	ti, skipped, reason := successor(q, own, to.Term.Revision, nil)
+	ti, skipped, reason := record.Successor(q, own, to.Term.Revision, nil, MaxTransferSkip)
 	if reason == "" && attempt >= maxAttempts {
 		reason = "the queue kept changing"
 	}
@@ -467,13 +383,6 @@ func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {
 // under the successor's requests (see Client.handleAsk).
 const admitNote = "admit"
 
-// skipKey is the note a transfer leaves for the candidate whose record
-// (recordKey, created at rev) it deleted to pass it over: under the
-// prefix, in the space of the empty lock name, which no lock can have.
-func skipKey(prefix, recordKey string, rev int64) string {
-	return prefix + "/skipped/" + recordKey[strings.LastIndexByte(recordKey, '/')+1:] + "@" + strconv.FormatInt(rev, 10)
-}
-
 // errSkipped reports that a transfer passed the acquisition over: its
 // record was deleted by a Transfer to a candidate behind it, and it queues
 // again.
@@ -490,7 +399,7 @@ func (m *member) skipped(ctx context.Context) bool {
 		return false
 	}
 	// One request: the note is there, and then deleted, or not.
-	key := skipKey(c.cfg.prefix, w.key, rev)
+	key := record.SkipKey(c.cfg.prefix, w.key, rev)
 	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
 		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
@@ -532,7 +441,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		if err != nil {
 			return opErr("request transfer", e.name, errors.Join(record.RPCError(err), ctx.Err()))
 		}
-		lead := leaderIndex(q)
+		lead := record.LeaderIndex(q)
 		switch {
 		case len(q) == 0, record.IsMarker(string(q[lead].Key)):
 			// Nobody leads: the queue is empty, or waits out a lock-delay.
@@ -542,7 +451,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		case q[lead].Lease == 0:
 			return opErr("request transfer", e.name, errors.New("the leader's record is kept by no session, so no Client can hear the request"))
 		}
-		ti, _, reason := successor(q, lead, to.Term.Revision, members)
+		ti, _, reason := record.Successor(q, lead, to.Term.Revision, members, MaxTransferSkip)
 		if reason != "" {
 			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: reason}
 		}

@@ -2,8 +2,10 @@
 // rules built on it alone: where a lock's records live and how their keys
 // and values are written (kind, owner token, hold count, payload), the
 // lock-delay marker that may sit next to a record, the key of a request to
-// release, the etcd reads of a lock's queue and the admission rule that
-// decides, from the queue ahead of a record, whether it holds the lock.
+// release, the etcd reads of a lock's queue, the admission rule that
+// decides, from the queue ahead of a record, whether it holds the lock,
+// and the succession rule that decides which waiting candidate a term can
+// be transferred to.
 //
 // It holds no state: every function is pure or one etcd request. Its door
 // is the format itself: the lease package writes records, and everything
