@@ -225,11 +225,11 @@ func (a *acquisition) failed(ctx context.Context, err error) error {
 	met := a.c.met
 	switch {
 	case errors.Is(err, ErrHeld):
-		met.held.Inc()
+		met.Held.Inc()
 	case ctx.Err() != nil:
-		met.cancelled.Inc()
+		met.Cancelled.Inc()
 	default:
-		met.failed.Inc()
+		met.Failed.Inc()
 	}
 	err = opErr(a.reqs[0].op, a.label(), err)
 	if ctx.Err() == nil && !permanent(err) {
@@ -240,7 +240,7 @@ func (a *acquisition) failed(ctx context.Context, err error) error {
 
 // succeeded counts and logs an acquisition that holds leases after waited.
 func (a *acquisition) succeeded(ctx context.Context, leases []*Lease, waited time.Duration) {
-	a.c.met.acquired(waited)
+	a.c.met.Acquired(waited)
 	if !a.c.log.Enabled(ctx, slog.LevelInfo) {
 		return // the record's fields cost hashes
 	}
@@ -282,8 +282,8 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	if err != nil {
 		return nil, a.drop(callerCtx, s, ms, nil, false, err)
 	}
-	c.met.waiting.Add(float64(len(ms)))
-	defer c.met.waiting.Sub(float64(len(ms)))
+	c.met.Waiting.Add(float64(len(ms)))
+	defer c.met.Waiting.Sub(float64(len(ms)))
 	e := &enqueuer{c: c, ms: ms}
 	err = e.enqueue(ctx)
 	var leases []*Lease

@@ -216,7 +216,7 @@ func (m *member) checkForeign(ctx context.Context, key string, crev int64) {
 	if kv.Lease != 0 && ok {
 		return
 	}
-	c.met.foreign.Inc()
+	c.met.Foreign.Inc()
 	c.log.Warn("lease queue blocked by a record no session keeps; delete it (etcdctl del, or fencekit release --fence) to unblock the lock",
 		logattr.Lock(record.DirName(key)), slog.String("key", key), logattr.Fence(crev),
 		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))

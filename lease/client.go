@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/internal/lifetime"
+	"github.com/fencekit/fencekit/lease/internal/metrics"
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -34,7 +35,7 @@ type Client struct {
 	cfg      config
 	src      *owner.Source
 	log      *slog.Logger
-	met      *metrics
+	met      *metrics.Metrics
 	tracer   trace.Tracer
 	bg       *lifetime.Group // the Client's lifetime and background goroutines; stopped by Close
 	lat      latencies       // recent reply times (see resend.Pacer)
@@ -81,9 +82,9 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("lease: %w", err)
 		}
 	}
-	met := newMetrics()
+	met := metrics.New(opRenew.String(), opRelease.String(), opReenter.String(), opProclaim.String(), opTransfer.String())
 	if cfg.obs.Registerer != nil {
-		if err := met.register(cfg.obs.Registerer); err != nil {
+		if err := met.Register(cfg.obs.Registerer); err != nil {
 			return nil, err
 		}
 	}
@@ -104,7 +105,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		},
 	}
 	c.recs = newRecords(cli, c.bg, c.log, cfg, c, met)
-	met.headroom.add(c)
+	met.Headroom.Add(c)
 	return c, nil
 }
 
@@ -145,7 +146,7 @@ func (c *Client) Close() error {
 	if !ok {
 		return nil
 	}
-	c.met.headroom.remove(c)
+	c.met.Headroom.Remove(c)
 	c.recs.close()
 	if c.etcdClosed() {
 		for _, s := range live {

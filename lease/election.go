@@ -154,9 +154,9 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...AcquireOp
 		}
 		return nil, err
 	}
-	e.c.met.leading.Inc()
-	e.c.met.terms.Inc()
-	context.AfterFunc(l.fin.Context(), e.c.met.leading.Dec)
+	e.c.met.Leading.Inc()
+	e.c.met.Terms.Inc()
+	context.AfterFunc(l.fin.Context(), e.c.met.Leading.Dec)
 	return t, nil
 }
 

@@ -232,9 +232,9 @@ func (l *Lease) end(err error) {
 	}
 	// Count and log before Done closes, so that whoever wakes on Done
 	// finds the metrics and logs already saying why.
-	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
+	l.c.met.Hold.Observe(time.Since(l.acquired).Seconds())
 	if errors.Is(err, ErrLost) {
-		l.c.met.losses.WithLabelValues(lossCause(err)).Inc()
+		l.c.met.Losses.WithLabelValues(lossCause(err)).Inc()
 		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
@@ -289,3 +289,24 @@ const (
 	relInFlight          // such a Release waits for etcd's reply: the reply decides
 	relPending           // such a Release returned with an unknown outcome: a delete is it
 )
+
+// lossCause is the losses metric's word for err, the cause of a loss.
+func lossCause(err error) string {
+	switch {
+	case errors.Is(err, ErrKeyDeleted):
+		return "deleted"
+	case errors.Is(err, ErrKeyOverwritten):
+		return "overwritten"
+	case errors.Is(err, ErrSessionExpired):
+		return "session"
+	case errors.Is(err, ErrDeadline):
+		return "deadline"
+	case errors.Is(err, ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrMaxHold):
+		return "max_hold"
+	}
+	return "other"
+}

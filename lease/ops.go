@@ -186,7 +186,7 @@ func (l *Lease) afterEnd(op opKind, first bool) (done bool, err error) {
 	case op != opRelease:
 		return true, err
 	case err == ErrReleased && first:
-		l.c.met.duplicates.Inc()
+		l.c.met.Duplicates.Inc()
 	}
 	return false, nil
 }
@@ -368,7 +368,7 @@ func (l *Lease) ownMarker(kv *mvccpb.KeyValue) bool {
 
 func (l *Lease) logResult(op opKind, result string, err error) {
 	name := op.String()
-	l.c.met.result(op, result).Inc()
+	l.c.met.Result(op.String(), result).Inc()
 	level := slog.LevelInfo
 	if op == opRenew && err == nil {
 		level = slog.LevelDebug

@@ -16,7 +16,7 @@ var errNoReply = errors.New("lease: no reply from etcd")
 // moving average that sets renewals' deadlines, and in the metrics.
 func (c *Client) renewed(d time.Duration) {
 	resend.ObserveLatency(&c.lat.renew, d)
-	c.met.renew.Observe(d.Seconds())
+	c.met.Renew.Observe(d.Seconds())
 }
 
 // again reports whether to send another try of a call paced by r (see

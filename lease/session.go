@@ -349,7 +349,7 @@ func (c *Client) endSession(s *session, cause error) bool {
 	}
 	c.sessions.remove(s)
 	if cause == ErrRevokedEarly {
-		c.met.revokedEarly.Inc()
+		c.met.RevokedEarly.Inc()
 	}
 	if !errors.Is(cause, ErrClosed) && cause != errRetired {
 		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),

@@ -166,7 +166,7 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 	ended := time.Now()
 	err = l.sendTransfer(ctx, to, p)
 	if err == nil {
-		l.c.met.result(opTransfer, "done").Inc()
+		l.c.met.Result(opTransfer.String(), "done").Inc()
 		if l.c.log.Enabled(ctx, slog.LevelInfo) {
 			l.c.log.LogAttrs(ctx, slog.LevelInfo, "lease term transferred", append(l.attrs(),
 				slog.Int64("successor", to.Term.Revision), slog.Int("skipped", len(p.skipped)),
@@ -283,7 +283,7 @@ func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) 
 		unknownBefore = true
 		if !l.c.again(ctx, r) {
 			l.giveUpTerm(p)
-			l.c.met.result(opTransfer, "unknown").Inc()
+			l.c.met.Result(opTransfer.String(), "unknown").Inc()
 			return opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))
 		}
 	}
@@ -307,7 +307,7 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		switch {
 		case err != nil:
 			l.c.recs.forget(l, true)
-			l.c.met.result(opTransfer, "unknown").Inc()
+			l.c.met.Result(opTransfer.String(), "unknown").Inc()
 			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", record.RPCError(err))))
 		case applied:
 			l.c.recs.forget(l, true)
@@ -321,7 +321,7 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 			cause = ErrNotOwner
 		}
 		l.c.recs.forget(l, own < 0)
-		l.c.met.result(opTransfer, outcomeLabel(cause)).Inc()
+		l.c.met.Result(opTransfer.String(), outcomeLabel(cause)).Inc()
 		return p, true, opErr(opTransfer.String(), l.name, cause)
 	}
 	p.own = q[own]
@@ -375,7 +375,7 @@ func (l *Lease) giveUpTerm(p transferPlan) {
 }
 
 func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {
-	l.c.met.result(opTransfer, "not_candidate").Inc()
+	l.c.met.Result(opTransfer.String(), "not_candidate").Inc()
 	return &NotCandidateError{Election: l.name, Revision: to.Term.Revision, Reason: reason, Resigned: resigned}
 }
 
