@@ -30,10 +30,15 @@ func TestLockOrderCheckerAcceptsTheOrder(t *testing.T) {
 	var recs RecordsMutex
 	var w WaiterMutex
 	var s SessionMutex
+	held := 0
 	recs.Lock()
 	w.Lock()
 	s.Lock()
+	held++
 	s.Unlock()
 	w.Unlock()
 	recs.Unlock()
+	if held != 1 {
+		t.Fatal("the innermost section did not run")
+	}
 }
