@@ -77,8 +77,9 @@ func WithLeaseTTL(d time.Duration) AcquireOption {
 const MaxMetadataLen = 256
 
 // WithMetadata stores md with the acquisition's record: a short note for
-// operators, such as a job id or why the lock is held. Inspect and
-// "fencekit status" show it (Record.Value), and Lease.Metadata returns it.
+// operators, such as a job id or why the lock is held. The lease/admin
+// tools and "fencekit status" show it (admin.Record.Value), and
+// Lease.Metadata returns it.
 // It is public to whoever may read the prefix, so put no secret in it;
 // fencekit never logs it nor puts it in a metric label or span. md must be
 // at most MaxMetadataLen bytes of UTF-8 without control characters.

@@ -31,7 +31,7 @@ type NoLeaderError struct {
 	// DelayedUntil is, while the election waits out a lock-delay (a
 	// Lease acquired WithLockDelay led it and vanished without a
 	// Release), about when the delay ends and the next candidate may
-	// lead, as LockState.DelayedUntil reckons it; zero otherwise.
+	// lead, as admin.LockState.DelayedUntil reckons it; zero otherwise.
 	DelayedUntil time.Time
 }
 

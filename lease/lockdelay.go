@@ -23,7 +23,7 @@ const MaxLockDelay = time.Minute
 // WithLockDelay makes the lock wait d before it admits the next holder
 // when this acquisition's record disappears without a clean Release: its
 // session expired or was revoked (the holder crashed, was partitioned or
-// paused), its record was deleted (ForceRelease, "fencekit release
+// paused), its record was deleted (admin.Admin.ForceRelease, "fencekit release
 // --fence") or it reached WithMaxHold. A Release hands over at once. It
 // is for resources that cannot check fencing tokens: a late write of a
 // vanished holder lands before the next holder starts, if it lands within
@@ -42,7 +42,7 @@ const MaxLockDelay = time.Minute
 // d + 1 s (a put keeps its creation revision, so its place); a Client
 // whose lease ends otherwise while its session lives (its record deleted
 // or overwritten, WithMaxHold) does the same. Until the marker goes the
-// lock is delayed (Inspect: LockState.DelayedUntil; "fencekit status":
+// lock is delayed (admin.Admin.Inspect: LockState.DelayedUntil; "fencekit status":
 // "lock-delay until"). The next holder thus starts at least d after the
 // record vanished, provided etcd applies each session renewal within a
 // second of the lock-delay lease's renewal sent just before it; and
@@ -166,7 +166,7 @@ func (l *Lease) expireMarker() {
 
 // delayEnd returns about when the lock-delay of the marker kv, whose
 // record is gone, ends: now plus the TTL etcd reports for its lease (as
-// Inspect's LockState.DelayedUntil), or, if that cannot be read, now plus
+// admin.LockState.DelayedUntil), or, if that cannot be read, now plus
 // its delay and record.DelaySlack, the longest its countdown lasts once started.
 func (c *Client) delayEnd(ctx context.Context, kv *mvccpb.KeyValue) time.Time {
 	now := time.Now()
