@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 )
 
 // Acquire blocks until it holds the lock called name, and returns the
@@ -224,11 +225,11 @@ func (a *acquisition) failed(ctx context.Context, err error) error {
 	met := a.c.met
 	switch {
 	case errors.Is(err, ErrHeld):
-		met.held.Inc()
+		met.Held.Inc()
 	case ctx.Err() != nil:
-		met.cancelled.Inc()
+		met.Cancelled.Inc()
 	default:
-		met.failed.Inc()
+		met.Failed.Inc()
 	}
 	err = opErr(a.reqs[0].op, a.label(), err)
 	if ctx.Err() == nil && !permanent(err) {
@@ -239,7 +240,7 @@ func (a *acquisition) failed(ctx context.Context, err error) error {
 
 // succeeded counts and logs an acquisition that holds leases after waited.
 func (a *acquisition) succeeded(ctx context.Context, leases []*Lease, waited time.Duration) {
-	a.c.met.acquired(waited)
+	a.c.met.Acquired(waited)
 	if !a.c.log.Enabled(ctx, slog.LevelInfo) {
 		return // the record's fields cost hashes
 	}
@@ -275,14 +276,14 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	callerCtx := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.fin.ctx, func() { cancel(s.cause()) })
+	stop := context.AfterFunc(s.fin.Context(), func() { cancel(s.cause()) })
 	defer stop()
 	ms, err := a.members(ctx, s, keys)
 	if err != nil {
 		return nil, a.drop(callerCtx, s, ms, nil, false, err)
 	}
-	c.met.waiting.Add(float64(len(ms)))
-	defer c.met.waiting.Sub(float64(len(ms)))
+	c.met.Waiting.Add(float64(len(ms)))
+	defer c.met.Waiting.Sub(float64(len(ms)))
 	e := &enqueuer{c: c, ms: ms}
 	err = e.enqueue(ctx)
 	var leases []*Lease
@@ -317,7 +318,7 @@ func (a *acquisition) ttl() time.Duration {
 func (a *acquisition) slotReqs() []slotReq {
 	rs := make([]slotReq, len(a.reqs))
 	for i, req := range a.reqs {
-		rs[i] = slotReq{dir: lockDir(a.c.cfg.prefix, req.name), suffix: req.kind.suffix()}
+		rs[i] = slotReq{dir: record.Dir(a.c.cfg.prefix, req.name), suffix: req.kind.Suffix()}
 	}
 	return rs
 }
@@ -331,11 +332,11 @@ func (a *acquisition) members(ctx context.Context, s *session, keys []string) ([
 	ms := make([]*member, 0, len(a.reqs))
 	for i, req := range a.reqs {
 		tok := c.src.New()
-		dir, key := lockDir(c.cfg.prefix, req.name), keys[i]
-		val := encodeValue(tok.Value(), 1, req.payload)
+		dir, key := record.Dir(c.cfg.prefix, req.name), keys[i]
+		val := record.EncodeValue(tok.Value(), 1, req.payload)
 		w := &waiter{key: key, dir: dir, owner: tok.Value(), kind: req.kind, tok: tok, sess: s,
 			wakec: make(chan struct{}, 1), queued: time.Now(), rec: &entry{value: val}}
-		w.fin.init()
+		w.fin.Init()
 		m := &member{c: c, req: req, w: w, val: val}
 		var err error
 		if req.lockDelay > 0 {
@@ -470,7 +471,7 @@ func (a *acquisition) releaseAdmitted(leases []*Lease) {
 		if l == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
+		ctx, cancel := context.WithTimeout(c.bg.Context(), l.sess.ttl)
 		if err := l.Release(ctx); err != nil {
 			c.log.Warn("lease set: release of an admitted lock failed; it ends with its session",
 				logattr.Lock(l.name), slog.String("error", err.Error()))

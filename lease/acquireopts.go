@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -78,8 +79,9 @@ func WithLeaseTTL(d time.Duration) AcquireOption {
 const MaxMetadataLen = 256
 
 // WithMetadata stores md with the acquisition's record: a short note for
-// operators, such as a job id or why the lock is held. Inspect and
-// "fencekit status" show it (Record.Value), and Lease.Metadata returns it.
+// operators, such as a job id or why the lock is held. The lease/admin
+// tools and "fencekit status" show it (admin.Record.Value), and
+// Lease.Metadata returns it.
 // It is public to whoever may read the prefix, so put no secret in it;
 // fencekit never logs it nor puts it in a metric label or span. md must be
 // at most MaxMetadataLen bytes of UTF-8 without control characters.
@@ -88,7 +90,7 @@ func WithMetadata(md string) AcquireOption {
 		if err := ValidateMetadata(md); err != nil {
 			return err
 		}
-		r.payload = encodePayload(time.Time{}, md)
+		r.payload = record.EncodePayload(time.Time{}, md)
 		return nil
 	})
 }
@@ -113,7 +115,7 @@ func ValidateMetadata(md string) error {
 
 // newRequest is the request of an exclusive acquisition of name with opts.
 func newRequest(name string, try bool, opts []AcquireOption) (request, error) {
-	req := request{name: name, kind: exclusive, try: try}
+	req := request{name: name, kind: record.Exclusive, try: try}
 	for _, o := range opts {
 		if o == nil {
 			return request{}, fmt.Errorf("%w: nil option", ErrInvalidOption)
@@ -153,7 +155,7 @@ func withTTLOnly(req request, opts []AcquireOption) (request, error) {
 // ends first.
 func (l *Lease) capHold(d time.Duration) {
 	t := time.AfterFunc(d, l.expireHold)
-	context.AfterFunc(l.fin.ctx, func() { t.Stop() })
+	context.AfterFunc(l.fin.Context(), func() { t.Stop() })
 }
 
 // expireHold ends l, which reached its maximum hold, and then deletes its
@@ -167,7 +169,7 @@ func (l *Lease) expireHold() {
 	}
 	l.opMu.Unlock()
 	if live {
-		l.c.bg.spawn(l.dropRecord)
+		l.c.bg.Spawn(l.dropRecord)
 	}
 }
 
@@ -178,7 +180,7 @@ func (l *Lease) expireHold() {
 // the Client closes.
 func (l *Lease) dropRecord() {
 	for {
-		ctx, cancel := context.WithTimeout(l.c.bg.ctx, l.sess.ttl)
+		ctx, cancel := context.WithTimeout(l.c.bg.Context(), l.sess.ttl)
 		resp, err := l.c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
 			Then(clientv3.OpDelete(l.key)).Commit()
 		cancel()
@@ -191,7 +193,7 @@ func (l *Lease) dropRecord() {
 		case l.sess.failure() != nil:
 			return
 		}
-		if !l.c.bg.sleep(100 * time.Millisecond) {
+		if !l.c.bg.Sleep(100 * time.Millisecond) {
 			return
 		}
 	}

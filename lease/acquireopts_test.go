@@ -119,7 +119,7 @@ func TestMetadata(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, md, l.Metadata())
 	require.NoError(t, l.Reenter(ctx))
-	info, err := c.Admin().Inspect(ctx, "noted")
+	info, err := newAdmin(t, cli).Inspect(ctx, "noted")
 	require.NoError(t, err)
 	require.NotNil(t, info.Holder)
 	assert.Equal(t, md, info.Holder.Value)

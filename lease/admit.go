@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -66,7 +67,7 @@ func (m *member) awaitAdmission(ctx context.Context) (*Lease, error) {
 // m is admitted.
 func (m *member) place() (int64, bool, error) {
 	w, queue := m.w, m.queue
-	pos := position(queue, w.key, 0)
+	pos := record.Position(queue, w.key, 0)
 	switch {
 	case pos < 0 && m.req.try:
 		return 0, false, ErrHeld
@@ -78,23 +79,12 @@ func (m *member) place() (int64, bool, error) {
 	if err := w.failure(); err != nil {
 		return 0, false, err
 	}
-	blockers, need, err := admission(w.kind, queue[:pos], myRev)
+	blockers, need, err := record.Admission(w.kind, queue[:pos], myRev)
 	if err != nil {
 		return 0, false, err
 	}
 	w.position = len(blockers)
 	return myRev, w.setBlockers(blockers, need, m.readRev), nil
-}
-
-// position returns the index of the record at key in queue (created at
-// crev, unless 0), or -1.
-func position(queue []*mvccpb.KeyValue, key string, crev int64) int {
-	for i, kv := range queue {
-		if string(kv.Key) == key && (crev == 0 || kv.CreateRevision == crev) {
-			return i
-		}
-	}
-	return -1
 }
 
 // waitBehind waits behind m's target (see watchTarget) until that record
@@ -181,7 +171,7 @@ func (m *member) watchTarget(ctx context.Context) (target string, covered bool, 
 	if _, err := m.wait(ctx, m.c.recs.watches.Created(kw), nil); err != nil {
 		return "", false, err
 	}
-	if m.c.bg.ctx.Err() != nil {
+	if m.c.bg.Context().Err() != nil {
 		return "", false, ErrClosed // its watches stopped unconfirmed
 	}
 	return key, kw.Start() <= at, nil
@@ -190,16 +180,16 @@ func (m *member) watchTarget(ctx context.Context) (target string, covered bool, 
 // reread reads the records ahead of m again and sets its blockers.
 func (m *member) reread(ctx context.Context) error {
 	w := m.w
-	opts := queueKeys(clientv3.WithMaxCreateRev(w.myRev))
+	opts := record.QueueKeys(clientv3.WithMaxCreateRev(w.myRev))
 	for {
 		w.reading()
 		resp, err := m.c.etcd.Get(ctx, w.dir, opts...)
 		if err == nil {
-			pos := position(resp.Kvs, w.key, w.myRev)
+			pos := record.Position(resp.Kvs, w.key, w.myRev)
 			if pos < 0 {
 				return ErrKeyDeleted
 			}
-			blockers, need, err := admission(w.kind, resp.Kvs[:pos], w.myRev)
+			blockers, need, err := record.Admission(w.kind, resp.Kvs[:pos], w.myRev)
 			if err != nil {
 				return err
 			}
@@ -222,13 +212,13 @@ func (m *member) checkForeign(ctx context.Context, key string, crev int64) {
 		return
 	}
 	kv := resp.Kvs[0]
-	_, _, ok := decodeValue(kv.Value)
+	_, _, ok := record.DecodeValue(kv.Value)
 	if kv.Lease != 0 && ok {
 		return
 	}
-	c.met.foreign.Inc()
+	c.met.Foreign.Inc()
 	c.log.Warn("lease queue blocked by a record no session keeps; delete it (etcdctl del, or fencekit release --fence) to unblock the lock",
-		logattr.Lock(dirName(key)), slog.String("key", key), logattr.Fence(crev),
+		logattr.Lock(record.DirName(key)), slog.String("key", key), logattr.Fence(crev),
 		slog.Bool("has_lease", kv.Lease != 0), slog.Bool("fencekit_value", ok))
 }
 
@@ -250,7 +240,7 @@ func (m *member) promote(rev int64) (*Lease, error) {
 		rec:      w.rec,
 	}
 	l.confirm(1, req.payload, rev)
-	l.fin.init()
+	l.fin.Init()
 	if err := c.recs.replace(w, l); err != nil {
 		return nil, err
 	}
@@ -263,7 +253,7 @@ func (m *member) promote(rev int64) (*Lease, error) {
 // request is one acquisition asked for.
 type request struct {
 	name    string
-	kind    recordKind
+	kind    record.Kind
 	try     bool          // fail with ErrHeld rather than wait
 	payload string        // an election candidate's public value
 	op      string        // for errors: "acquire", "lock", ...

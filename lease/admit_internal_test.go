@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -44,14 +45,14 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 	}
 	newWaiter := func(key, tok string, myRev, readAt int64) *waiter {
 		w := &waiter{key: key, dir: dir, owner: tok, wakec: make(chan struct{}, 1)}
-		w.fin.init()
+		w.fin.Init()
 		w.setMyRev(myRev)
 		w.setBlockers(map[string]int64{dir + "head": 1}, 1, readAt)
 		return w
 	}
 
 	t.Run("record deleted before the blocker", func(t *testing.T) {
-		mine := put(dir+"a", encodeValue("tok-a", 1))
+		mine := put(dir+"a", record.EncodeValue("tok-a", 1))
 		gone := del(dir + "a")
 		blockerGone := put(dir+"other", "x") // any later revision
 		w := newWaiter(dir+"a", "tok-a", mine, mine)
@@ -64,7 +65,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("record deleted after the blocker", func(t *testing.T) {
-		mine := put(dir+"b", encodeValue("tok-b", 1))
+		mine := put(dir+"b", record.EncodeValue("tok-b", 1))
 		blockerGone := put(dir+"other", "y")
 		del(dir + "b")
 		w := newWaiter(dir+"b", "tok-b", mine, mine)
@@ -74,8 +75,8 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("record overwritten", func(t *testing.T) {
-		mine := put(dir+"c", encodeValue("tok-c", 1))
-		put(dir+"c", encodeValue("someone-else", 1))
+		mine := put(dir+"c", record.EncodeValue("tok-c", 1))
+		put(dir+"c", record.EncodeValue("someone-else", 1))
 		blockerGone := put(dir+"other", "z")
 		w := newWaiter(dir+"c", "tok-c", mine, mine)
 		w.onDelete(dir+"head", blockerGone)
@@ -84,7 +85,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 		}
 	})
 	t.Run("admitting revision compacted", func(t *testing.T) {
-		mine := put(dir+"d", encodeValue("tok-d", 1))
+		mine := put(dir+"d", record.EncodeValue("tok-d", 1))
 		blockerGone := put(dir+"other", "w")
 		now := put(dir+"other", "v")
 		if _, err := cli.Compact(ctx, now, clientv3.WithCompactPhysical()); err != nil {
@@ -104,7 +105,7 @@ func TestAdmissionConfirmsOwnRecordAtTheAdmittingRevision(t *testing.T) {
 	})
 	t.Run("admitted by the read that found the record", func(t *testing.T) {
 		w := &waiter{key: dir + "e", dir: dir, owner: "tok-e", wakec: make(chan struct{}, 1)}
-		w.fin.init()
+		w.fin.Init()
 		w.setMyRev(10)
 		w.reading()
 		w.onDelete(dir+"head", 12) // seen while reading at 15

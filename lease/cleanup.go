@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -17,7 +19,7 @@ import (
 type orphan struct {
 	value string
 	sess  *session
-	mark  *delayMark // the acquisition's lock-delay marker, deleted with the record; nil if none
+	mark  *record.Mark // the acquisition's lock-delay marker, deleted with the record; nil if none
 	// uncertain: a write of value may still be applied by etcd later (a
 	// request went out and its reply never came), so the record can appear
 	// after any delete. The entry then stays until its session ends: the
@@ -32,7 +34,7 @@ type orphan struct {
 // record's value; until it succeeds the key stays claimed, and a late
 // write that the watch sees is deleted at once. Records of a session that
 // ended go with it.
-func (t *records) abandon(s *session, key, value string, mark *delayMark, uncertain bool) {
+func (t *records) abandon(s *session, key, value string, mark *record.Mark, uncertain bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || s.failure() != nil {
@@ -87,16 +89,16 @@ func (t *records) cleanOrphan(key string, o orphan) {
 	}
 	o.busy = true
 	t.orphans[key] = o
-	t.bg.spawn(func() { t.deleteOrphan(key, o) })
+	t.bg.Spawn(func() { t.deleteOrphan(key, o) })
 }
 
 func (t *records) deleteOrphan(key string, o orphan) {
-	ctx, cancel := context.WithTimeout(t.bg.ctx, o.sess.ttl/3)
+	ctx, cancel := context.WithTimeout(t.bg.Context(), o.sess.ttl/3)
 	cmp, del, get := deleteOps(key, o.value, o.mark)
 	resp, err := t.etcd.Txn(ctx).If(cmp).Then(del...).Else(get...).Commit()
 	cancel()
-	if t.settleOrphan(key, o, resp, err) && t.bg.ctx.Err() == nil {
-		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(dirName(key)), slog.String("error", err.Error()))
+	if t.settleOrphan(key, o, resp, err) && t.bg.Context().Err() == nil {
+		t.log.Warn("lease abandoned record left for background cleanup", logattr.Lock(record.DirName(key)), slog.String("error", err.Error()))
 	}
 }
 
@@ -104,12 +106,12 @@ func (t *records) deleteOrphan(key string, o orphan) {
 // still holds value (the acquisition's unique owner token), delete it;
 // otherwise read its key, to tell a record gone from someone else's.
 // The lock-delay marker mark, if any, goes either way: its key is the
-// acquisition's alone (see delayMark), and it was written only with the
+// acquisition's alone (see record.Mark), and it was written only with the
 // record.
-func deleteOps(key, value string, mark *delayMark) (cmp clientv3.Cmp, del, get []clientv3.Op) {
+func deleteOps(key, value string, mark *record.Mark) (cmp clientv3.Cmp, del, get []clientv3.Op) {
 	del, get = []clientv3.Op{clientv3.OpDelete(key)}, []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}
 	if mark != nil {
-		del, get = append(del, clientv3.OpDelete(mark.key)), append(get, clientv3.OpDelete(mark.key))
+		del, get = append(del, clientv3.OpDelete(mark.Key)), append(get, clientv3.OpDelete(mark.Key))
 	}
 	return clientv3.Compare(clientv3.Value(key), "=", value), del, get
 }
@@ -144,17 +146,17 @@ func (t *records) settleOrphan(key string, o orphan, resp *clientv3.TxnResponse,
 // leftRecord is a record that a failed acquisition wrote, or may have
 // written, and gives up.
 type leftRecord struct {
-	name      string     // the lock's name, for a *LeftBehindError
-	key       string     // the record's key
-	value     string     // the value written: the acquisition's owner token and hold count
-	mark      *delayMark // the acquisition's lock-delay marker; nil if none
-	uncertain bool       // a write of value may still apply later (see orphan.uncertain)
+	name      string       // the lock's name, for a *LeftBehindError
+	key       string       // the record's key
+	value     string       // the value written: the acquisition's owner token and hold count
+	mark      *record.Mark // the acquisition's lock-delay marker; nil if none
+	uncertain bool         // a write of value may still apply later (see orphan.uncertain)
 }
 
 // removeNow deletes left, the records of a try that failed with err, in
 // one transaction of owner-checked deletes (see deleteOps), and returns err
 // once every record is gone. A transaction whose reply is lost is sent
-// again, paced as a Release's tries are (see resender), within ctx and for
+// again, paced as a Release's tries are (see resend.Pacer), within ctx and for
 // up to one TTL: every delete compares its record's unique value, so a
 // resend after one that applied finds the records gone, as it would have.
 //
@@ -201,9 +203,9 @@ func (a *acquisition) deleteLeft(ctx context.Context, s *session, left []leftRec
 		cmp, del, get := deleteOps(r.key, r.value, r.mark)
 		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, del, get)
 	}
-	rs := newResender(s.ttl, &c.lat.change)
+	rs := resend.New(s.ttl, &c.lat.change)
 	for {
-		resp, err := a.txnWithin(ctx, rs.deadline(), ops)
+		resp, err := a.txnWithin(ctx, rs.Deadline(), ops)
 		switch {
 		case err == nil:
 			gone = make([]bool, len(left))
@@ -212,9 +214,9 @@ func (a *acquisition) deleteLeft(ctx context.Context, s *session, left []leftRec
 				gone[i] = r.Succeeded || len(r.Responses[0].GetResponseRange().Kvs) == 0
 			}
 			return gone, nil
-		case errors.Is(rpcError(err), ErrPermissionDenied):
-			return nil, rpcError(err)
-		case !rs.again(ctx, c):
+		case errors.Is(record.RPCError(err), ErrPermissionDenied):
+			return nil, record.RPCError(err)
+		case !c.again(ctx, rs):
 			return nil, unknown(ctx, err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
+	"github.com/fencekit/fencekit/lease/internal/metrics"
 	"github.com/fencekit/fencekit/owner"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -33,17 +35,17 @@ type Client struct {
 	cfg      config
 	src      *owner.Source
 	log      *slog.Logger
-	met      *metrics
+	met      *metrics.Metrics
 	tracer   trace.Tracer
-	bg       *group     // the Client's lifetime and background goroutines; stopped by Close
-	lat      latencies  // recent reply times (see resender)
-	sessions sessionSet // the sessions, and whether the Client is closed
-	recs     *records   // every record the Client knows, and its watches
+	bg       *lifetime.Group // the Client's lifetime and background goroutines; stopped by Close
+	lat      latencies       // recent reply times (see resend.Pacer)
+	sessions sessionSet      // the sessions, and whether the Client is closed
+	recs     *records        // every record the Client knows, and its watches
 }
 
 // latencies are a Client's recent reply times, in ns.
 type latencies struct {
-	change atomic.Int64 // of Release, Reenter and Proclaim (see resender)
+	change atomic.Int64 // of Release, Reenter and Proclaim (see resend.Pacer)
 	renew  atomic.Int64 // of background renewals (see renewalDeadline)
 }
 
@@ -80,9 +82,9 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("lease: %w", err)
 		}
 	}
-	met := newMetrics()
+	met := metrics.New(opRenew.String(), opRelease.String(), opReenter.String(), opProclaim.String(), opTransfer.String())
 	if cfg.obs.Registerer != nil {
-		if err := met.register(cfg.obs.Registerer); err != nil {
+		if err := met.Register(cfg.obs.Registerer); err != nil {
 			return nil, err
 		}
 	}
@@ -93,7 +95,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		cfg:    cfg,
 		src:    src,
 		log:    cfg.obs.Logger,
-		bg:     newGroup(),
+		bg:     lifetime.NewGroup(),
 		sessions: sessionSet{
 			bound:       maxSessionRecords,
 			idleAfter:   maxSessionIdle,
@@ -104,7 +106,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		},
 	}
 	c.recs = newRecords(cli, c.bg, c.log, cfg, c, met)
-	met.headroom.add(c)
+	met.Headroom.Add(c)
 	return c, nil
 }
 
@@ -145,13 +147,13 @@ func (c *Client) Close() error {
 	if !ok {
 		return nil
 	}
-	c.met.headroom.remove(c)
+	c.met.Headroom.Remove(c)
 	c.recs.close()
 	if c.etcdClosed() {
 		for _, s := range live {
 			c.endSession(s, ErrEtcdClosed)
 		}
-		c.bg.stop()
+		c.bg.Stop()
 		return fmt.Errorf("lease: close: %w", ErrEtcdClosed)
 	}
 	var errs []error
@@ -160,7 +162,7 @@ func (c *Client) Close() error {
 			errs = append(errs, c.revoke(s))
 		}
 	}
-	c.bg.stop()
+	c.bg.Stop()
 	return errors.Join(errs...)
 }
 
@@ -195,3 +197,8 @@ func (c *Client) Healthy() error {
 	}
 	return nil
 }
+
+// Prefix returns the etcd key prefix of c's records (WithPrefix's, with
+// its trailing "/", or DefaultPrefix): what NewVerifier and the operator
+// tools of package lease/admin take to read the same locks.
+func (c *Client) Prefix() string { return c.cfg.prefix }

@@ -121,7 +121,7 @@
 //     caps its leases alike), so a big holder's death is many small
 //     revocations rather than one that stalls the cluster;
 //   - watchers: one per session, of the requests to release its records
-//     (Admin.RequestRelease; no event until someone asks), plus at most
+//     (admin.Admin.RequestRelease; no event until someone asks), plus at most
 //     K + W (S semaphore waiters of one lock share one directory watch);
 //   - requests: per acquisition, one transaction to write its record (two
 //     when a lock it thought free turns out to be taken, see above) and,
@@ -321,19 +321,20 @@
 // holds short-TTL locks (a quick takeover when it dies) next to long ones
 // (room for long pauses). AcquireAll and TryAcquireAll take them too;
 // semaphores, read/write locks and Campaign take WithLeaseTTL only.
-// Admin.RequestRelease asks the
+// admin.Admin.RequestRelease asks the
 // holder of a given fence to let go, without taking anything: the
 // holder's Lease.ReleaseRequested closes, and Do cancels its function with
 // ErrReleaseRequested and releases. ForceRelease remains the hard way.
 //
 // # Operator tools
 //
-// An Admin (NewAdmin(cli, prefix), or Client.Admin for a process that
-// already has a Client) holds what operators and tools do to locks they do
-// not hold: Inspect and InspectAll read a lock's holder and queue (owner
-// digests, never tokens), RequestRelease asks a holder to let go and
-// ForceRelease deletes a holder's record, each in one transaction
-// comparing the record's creation revision. Like a Verifier, it has no
+// An admin.Admin (package lease/admin: admin.New(cli, prefix), with
+// Client.Prefix for a process that already has a Client) holds what
+// operators and tools do to locks they do not hold: Inspect and
+// InspectAll read a lock's holder and queue (owner digests, never
+// tokens), RequestRelease asks a holder to let go and ForceRelease
+// deletes a holder's record, each in one transaction comparing the
+// record's creation revision. Like a Verifier, it has no
 // session and holds nothing; "fencekit status" and "fencekit release" are
 // built on it.
 //
@@ -431,6 +432,6 @@
 //     stream delivers events to the records table without it).
 //
 // Leases end, and their Done channels close, after these locks are
-// released. The ranks are in lockorder.go; tests built with the
+// released. The ranks are in internal/lockorder; tests built with the
 // fencekit_lockcheck tag check every Lock against them.
 package lease

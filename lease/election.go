@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,7 +31,7 @@ type NoLeaderError struct {
 	// DelayedUntil is, while the election waits out a lock-delay (a
 	// Lease acquired WithLockDelay led it and vanished without a
 	// Release), about when the delay ends and the next candidate may
-	// lead, as LockState.DelayedUntil reckons it; zero otherwise.
+	// lead, as admin.LockState.DelayedUntil reckons it; zero otherwise.
 	DelayedUntil time.Time
 }
 
@@ -117,7 +119,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...AcquireOp
 	if err := validValue(value); err != nil {
 		return nil, err
 	}
-	req, err := withTTLOnly(request{name: e.name, kind: exclusive, payload: encodePayload(time.Time{}, value), op: "campaign"}, opts)
+	req, err := withTTLOnly(request{name: e.name, kind: record.Exclusive, payload: record.EncodePayload(time.Time{}, value), op: "campaign"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +131,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...AcquireOp
 	// Publish when the term began. Best effort: if the reply is lost the
 	// term still stands, Since reads zero until a later Proclaim, and the
 	// next call on the term settles the lost one.
-	err = l.change(ctx, opProclaim, encodePayload(t.since, value))
+	err = l.change(ctx, opProclaim, record.EncodePayload(t.since, value))
 	if err == nil || errors.Is(err, ErrOutcomeUnknown) {
 		err = nil
 		if lerr := l.Err(); lerr != nil {
@@ -152,9 +154,9 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...AcquireOp
 		}
 		return nil, err
 	}
-	e.c.met.leading.Inc()
-	e.c.met.terms.Inc()
-	context.AfterFunc(l.fin.ctx, e.c.met.leading.Dec)
+	e.c.met.Leading.Inc()
+	e.c.met.Terms.Inc()
+	context.AfterFunc(l.fin.Context(), e.c.met.Leading.Dec)
 	return t, nil
 }
 
@@ -176,16 +178,16 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 // the error says about when the delay ends. It is one etcd read, two when
 // a lock-delay marker heads the queue, three during the delay.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), headRecord()...)
+	resp, err := e.c.etcd.Get(ctx, record.Dir(e.c.cfg.prefix, e.name), record.HeadRecord()...)
 	if err != nil {
-		return Leader{}, opErr("leader", e.name, rpcError(err))
+		return Leader{}, opErr("leader", e.name, record.RPCError(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Leader{}, opErr("leader", e.name, &NoLeaderError{Election: e.name})
 	}
-	head, err := resolveHead(ctx, e.c.etcd, resp.Kvs[0])
+	head, err := record.ResolveHead(ctx, e.c.etcd, resp.Kvs[0])
 	if err != nil {
-		return Leader{}, opErr("leader", e.name, errors.Join(rpcError(err), ctx.Err()))
+		return Leader{}, opErr("leader", e.name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	if head == nil {
 		until := e.c.delayEnd(ctx, resp.Kvs[0])
@@ -217,12 +219,12 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // keeps that directory's records (the queue of candidates) in memory.
 func (e *Election) Observe(ctx context.Context) iter.Seq[Leader] {
 	return func(yield func(Leader) bool) {
-		o := &observer{e: e, dir: lockDir(e.c.cfg.prefix, e.name), yield: yield, first: true}
+		o := &observer{e: e, dir: record.Dir(e.c.cfg.prefix, e.name), yield: yield, first: true}
 		for ctx.Err() == nil {
 			if !o.watch(ctx) {
 				return
 			}
-			if !sleep(ctx, nil, 50*time.Millisecond) {
+			if !resend.Sleep(ctx, nil, 50*time.Millisecond) {
 				return
 			}
 		}
@@ -369,7 +371,7 @@ func (o *observer) leader(ctx context.Context) Leader {
 	if o.head == nil {
 		return Leader{}
 	}
-	rec, ok := markerRecord(string(o.head.Key))
+	rec, ok := record.MarkerRecord(string(o.head.Key))
 	if !ok {
 		return o.e.leaderOf(o.head)
 	}
@@ -386,7 +388,7 @@ func (o *observer) leader(ctx context.Context) Leader {
 
 // leaderOf decodes the record that heads an election's queue.
 func (e *Election) leaderOf(kv *mvccpb.KeyValue) Leader {
-	_, _, payload, _ := decodeRecord(kv.Value)
-	since, value := decodePayload(payload)
+	_, _, payload, _ := record.Decode(kv.Value)
+	since, value := record.DecodePayload(payload)
 	return Leader{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}, Since: since, key: string(kv.Key)}
 }

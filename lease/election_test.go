@@ -100,7 +100,7 @@ func TestElectionFailover(t *testing.T) {
 							return l
 						}
 					case <-time.After(20 * time.Second):
-						st, err := newClient(t, direct).Admin().Inspect(ctx, "failover")
+						st, err := newAdmin(t, direct).Inspect(ctx, "failover")
 						t.Logf("observed %+v; queue %+v %v", observed, st, err)
 						if st != nil && st.Holder != nil {
 							t.Logf("holder %+v", *st.Holder)
@@ -412,7 +412,7 @@ func TestElectionLockDelayNoLeader(t *testing.T) {
 	w := campaignLater(ctx, t, newClient(t, etcdtest.Client(t, cl)), name, "next")
 	waitRecords(t, direct, name, 3)
 
-	_, err = op.Admin().ForceRelease(ctx, name, held.Fence().Revision)
+	_, err = newAdmin(t, direct).ForceRelease(ctx, name, held.Fence().Revision)
 	require.NoError(t, err)
 	released := time.Now()
 	<-held.Done()

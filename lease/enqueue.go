@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -73,7 +74,7 @@ func (e *enqueuer) enqueue(ctx context.Context) error {
 func (e *enqueuer) firstMode() writeMode {
 	req := e.ms[0].req
 	if req.try {
-		if len(e.ms) == 1 && req.kind == exclusive {
+		if len(e.ms) == 1 && req.kind == record.Exclusive {
 			return writeTry
 		}
 		return writeQueued
@@ -141,12 +142,12 @@ func (e *enqueuer) txn(ctx context.Context) clientv3.Txn {
 	}
 	if e.mode == writeQueued {
 		for _, m := range e.ms {
-			ops = append(ops, clientv3.OpGet(m.w.dir, queueKeys()...))
+			ops = append(ops, clientv3.OpGet(m.w.dir, record.QueueKeys()...))
 		}
 	}
 	for _, m := range e.ms {
 		if m.w.rec.mark != nil {
-			ops = append(ops, m.w.rec.mark.put())
+			ops = append(ops, m.w.rec.mark.Put())
 		}
 	}
 	txn := e.c.etcd.Txn(ctx).If(cmps...).Then(ops...)
@@ -161,9 +162,9 @@ func (e *enqueuer) txn(ctx context.Context) clientv3.Txn {
 func (e *enqueuer) reads() []clientv3.Op {
 	ops := make([]clientv3.Op, 0, 2*len(e.ms))
 	for _, m := range e.ms {
-		q := clientv3.OpGet(m.w.dir, queueKeys()...)
+		q := clientv3.OpGet(m.w.dir, record.QueueKeys()...)
 		if e.mode == writeTry {
-			q = clientv3.OpGet(m.w.dir, headKey()...)
+			q = clientv3.OpGet(m.w.dir, record.HeadKey()...)
 		}
 		ops = append(ops, q, clientv3.OpGet(m.w.key))
 	}
@@ -222,7 +223,7 @@ func (m *member) catchUp(ctx context.Context, readRev int64) error {
 	}
 	for {
 		w.reading()
-		resp, err := m.c.etcd.Get(ctx, w.dir, queueRecords()...)
+		resp, err := m.c.etcd.Get(ctx, w.dir, record.QueueRecords()...)
 		if err == nil {
 			for _, kv := range resp.Kvs {
 				if string(kv.Key) == w.key {

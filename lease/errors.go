@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/fencekit/fencekit/lease/internal/record"
 )
 
 var (
@@ -57,7 +55,7 @@ var (
 	// semaphores of different sizes: every participant must agree. The
 	// acquisition that found the other kind ahead of it fails; nothing is
 	// left behind.
-	ErrMismatch = errors.New("lease: lock used with another kind or size")
+	ErrMismatch = record.ErrMismatch
 	// ErrClosed reports that the Client was closed; it is also the Err of
 	// leases that ended because of it.
 	ErrClosed = errors.New("lease: client closed")
@@ -83,14 +81,14 @@ var (
 	// ErrPermissionDenied reports that etcd refused a request for lack of
 	// permission or authentication: the user needs read and write on the
 	// Client's key prefix. The request was not applied.
-	ErrPermissionDenied = errors.New("lease: permission denied")
+	ErrPermissionDenied = record.ErrPermissionDenied
 
 	// ErrKeyDeleted is a loss cause: the lock record was deleted by someone
 	// other than its holder (an operator, a revoke, an expiry).
 	ErrKeyDeleted = errors.New("lease: lock record deleted")
 	// ErrReleaseRequested is the cause with which Do cancels its
 	// function's context when someone asked the holder to release
-	// (Admin.RequestRelease). It is not a loss: the lease is held until
+	// (admin.Admin.RequestRelease). It is not a loss: the lease is held until
 	// Do releases it.
 	ErrReleaseRequested = errors.New("lease: release requested")
 	// ErrTransferred is the Err of a term its leader handed to a chosen
@@ -259,32 +257,34 @@ func permanent(err error) bool {
 	return false
 }
 
-// rpcError maps etcd's refusals for lack of permission or authentication to
-// ErrPermissionDenied, keeping the original error in the chain.
-func rpcError(err error) error {
-	if err == nil || errors.Is(err, ErrPermissionDenied) {
-		return err
-	}
-	denied := errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) ||
-		errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrUserEmpty)
-	if code, ok := errCode(err); ok && (code == codes.PermissionDenied || code == codes.Unauthenticated) {
-		denied = true
-	}
-	if denied {
-		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
-	}
-	return err
+// NotHolderError is returned by the operator tools of package lease/admin
+// (admin.Admin.ForceRelease, admin.Admin.RequestRelease) and by
+// Election.RequestTransfer when the given fencing revision is not that of
+// the lock's current holder. It matches ErrNotOwner when another
+// acquisition holds the lock, and ErrNotFound when nobody does. Nothing
+// was deleted or written.
+type NotHolderError struct {
+	// Lock is the lock's name.
+	Lock string
+	// Revision is the fencing revision the call was given.
+	Revision int64
+	// Holder is the current holder's fencing revision, 0 when the lock is
+	// free.
+	Holder int64
 }
 
-// errCode returns the gRPC code of an etcd error, whether the client
-// returned it as an rpctypes.EtcdError or as a gRPC status.
-func errCode(err error) (codes.Code, bool) {
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		return ee.Code(), true
+func (e *NotHolderError) Error() string {
+	if e.Holder == 0 {
+		return fmt.Sprintf("lease: force release %q fence %d: lock is free: %v", e.Lock, e.Revision, ErrNotFound)
 	}
-	if st, ok := status.FromError(err); ok {
-		return st.Code(), true
+	return fmt.Sprintf("lease: force release %q fence %d: holder is fence %d: %v", e.Lock, e.Revision, e.Holder, ErrNotOwner)
+}
+
+// Is reports whether target is ErrNotOwner (the lock is held by another
+// acquisition) or ErrNotFound (it is free).
+func (e *NotHolderError) Is(target error) bool {
+	if e.Holder == 0 {
+		return target == ErrNotFound
 	}
-	return codes.Unknown, false
+	return target == ErrNotOwner
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 )
 
 func Example() {
@@ -328,6 +329,10 @@ func ExampleWithMaxHold() {
 	}
 	defer locks.Close()
 	ctx := context.Background()
+	ops, err := admin.New(cli, lease.DefaultPrefix) // the operator's tools
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	l, err := locks.Acquire(ctx, "reindex",
 		lease.WithMetadata("nightly reindex, run 2026-12-04"),
@@ -335,7 +340,7 @@ func ExampleWithMaxHold() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	state, err := locks.Admin().Inspect(ctx, "reindex")
+	state, err := ops.Inspect(ctx, "reindex")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -365,17 +370,21 @@ func ExampleWithLockDelay() {
 	}
 	defer locks.Close()
 	ctx := context.Background()
+	ops, err := admin.New(cli, lease.DefaultPrefix) // the operator's tools
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	l, err := locks.Acquire(ctx, "exporter", lease.WithLockDelay(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
 	released := time.Now() // no later than the record's delete
-	if _, err := locks.Admin().ForceRelease(ctx, "exporter", l.Fence().Revision); err != nil {
+	if _, err := ops.ForceRelease(ctx, "exporter", l.Fence().Revision); err != nil {
 		log.Fatal(err)
 	}
 	<-l.Done()
-	state, err := locks.Admin().Inspect(ctx, "exporter")
+	state, err := ops.Inspect(ctx, "exporter")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -64,7 +64,7 @@ type Handle interface {
 	Release(ctx context.Context) error
 
 	// ReleaseRequested returns a channel closed when someone asked the
-	// holder to let go (Admin.RequestRelease, Election.RequestTransfer):
+	// holder to let go (admin.Admin.RequestRelease, Election.RequestTransfer):
 	// for a Set, any of its locks. It stays open otherwise, also after
 	// the handle ends. Nothing is taken away: the holder decides.
 	ReleaseRequested() <-chan struct{}

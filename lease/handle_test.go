@@ -86,7 +86,6 @@ func TestSetReleaseRequested(t *testing.T) {
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
 	holder := newClient(t, cli)
-	operator := newClient(t, cli)
 
 	set, err := holder.AcquireAll(ctx, []string{"ask-a", "ask-b"})
 	require.NoError(t, err)
@@ -96,7 +95,7 @@ func TestSetReleaseRequested(t *testing.T) {
 		t.Fatal("ReleaseRequested closed before anyone asked")
 	default:
 	}
-	require.NoError(t, operator.Admin().RequestRelease(ctx, "ask-b", set.Fence("ask-b").Revision))
+	require.NoError(t, newAdmin(t, cli).RequestRelease(ctx, "ask-b", set.Fence("ask-b").Revision))
 	select {
 	case <-asked:
 	case <-time.After(5 * time.Second):

@@ -20,7 +20,7 @@ func TestInspectHolderAndWaiters(t *testing.T) {
 	b := newClient(t, cli, lease.WithTTL(5*time.Second))
 	ctx := ctxT(t, 20*time.Second)
 
-	free, err := a.Admin().Inspect(ctx, "jobs")
+	free, err := newAdmin(t, cli).Inspect(ctx, "jobs")
 	require.NoError(t, err)
 	assert.Nil(t, free.Holder)
 	assert.Empty(t, free.Waiters)
@@ -38,7 +38,7 @@ func TestInspectHolderAndWaiters(t *testing.T) {
 	}()
 	waitRecords(t, cli, "jobs", 2)
 
-	st, err := b.Admin().Inspect(ctx, "jobs")
+	st, err := newAdmin(t, cli).Inspect(ctx, "jobs")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	h := st.Holder
@@ -61,7 +61,7 @@ func TestInspectHolderAndWaiters(t *testing.T) {
 	tok, _, _ := strings.Cut(string(resp.Kvs[0].Value), "#")
 	assert.NotContains(t, strings.Join([]string{h.OwnerDigest, h.Instance, h.Key}, " "), tok)
 
-	all, err := a.Admin().InspectAll(ctx)
+	all, err := newAdmin(t, cli).InspectAll(ctx)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	assert.Equal(t, st.Holder.Fence, all[0].Holder.Fence)
@@ -79,7 +79,7 @@ func TestForceRelease(t *testing.T) {
 	b := newClient(t, cli, lease.WithTTL(5*time.Second))
 	ctx := ctxT(t, 20*time.Second)
 
-	_, err := a.Admin().ForceRelease(ctx, "jobs", 7)
+	_, err := newAdmin(t, cli).ForceRelease(ctx, "jobs", 7)
 	var nh *lease.NotHolderError
 	require.ErrorAs(t, err, &nh)
 	assert.ErrorIs(t, err, lease.ErrNotFound)
@@ -95,19 +95,19 @@ func TestForceRelease(t *testing.T) {
 		got <- w
 	}()
 	waitRecords(t, cli, "jobs", 2)
-	st, err := a.Admin().Inspect(ctx, "jobs")
+	st, err := newAdmin(t, cli).Inspect(ctx, "jobs")
 	require.NoError(t, err)
 	waiterRev := st.Waiters[0].Fence.Revision
 
 	for _, rev := range []int64{waiterRev, l.Fence().Revision - 1, l.Fence().Revision + 1000} {
-		_, err = b.Admin().ForceRelease(ctx, "jobs", rev)
+		_, err = newAdmin(t, cli).ForceRelease(ctx, "jobs", rev)
 		require.ErrorAs(t, err, &nh, "rev %d", rev)
 		assert.ErrorIs(t, err, lease.ErrNotOwner)
 		assert.Equal(t, l.Fence().Revision, nh.Holder)
 	}
-	_, err = b.Admin().ForceRelease(ctx, "jobs", 0)
+	_, err = newAdmin(t, cli).ForceRelease(ctx, "jobs", 0)
 	require.Error(t, err)
-	_, err = b.Admin().ForceRelease(ctx, "a/b", 3)
+	_, err = newAdmin(t, cli).ForceRelease(ctx, "a/b", 3)
 	require.ErrorIs(t, err, lease.ErrInvalidName)
 	assert.Len(t, records(t, cli, "jobs"), 2, "refusals change nothing")
 	select {
@@ -116,7 +116,7 @@ func TestForceRelease(t *testing.T) {
 	default:
 	}
 
-	r, err := b.Admin().ForceRelease(ctx, "jobs", l.Fence().Revision)
+	r, err := newAdmin(t, cli).ForceRelease(ctx, "jobs", l.Fence().Revision)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence(), r.Fence)
 	assert.Equal(t, l.OwnerDigest(), r.OwnerDigest)
@@ -131,7 +131,7 @@ func TestForceRelease(t *testing.T) {
 	assert.Greater(t, w.Fence().Revision, l.Fence().Revision)
 
 	// A second force release of the same revision finds a new holder.
-	_, err = b.Admin().ForceRelease(ctx, "jobs", l.Fence().Revision)
+	_, err = newAdmin(t, cli).ForceRelease(ctx, "jobs", l.Fence().Revision)
 	assert.ErrorIs(t, err, lease.ErrNotOwner)
 	require.NoError(t, w.Release(ctx))
 	relErr := l.Release(ctx)

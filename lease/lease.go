@@ -10,6 +10,9 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 )
 
@@ -30,7 +33,7 @@ type Lease struct {
 	name     string
 	key      string
 	owner    owner.Token
-	kind     recordKind
+	kind     record.Kind
 	rev      int64
 	sess     *session
 	acquired time.Time
@@ -40,11 +43,11 @@ type Lease struct {
 
 	asked releaseAsk // see ReleaseRequested
 
-	opMu    opMutex       // serialises Renew, Reenter and Release
-	count   int           // hold count last confirmed in etcd; guarded by opMu
-	modRev  int64         // the record's mod revision last confirmed; guarded by opMu
-	pending []pendingCall // calls whose outcome is unknown; guarded by opMu
-	payload string        // the public value stored with the record (elections); guarded by opMu
+	opMu    lockorder.OpMutex // serialises Renew, Reenter and Release
+	count   int               // hold count last confirmed in etcd; guarded by opMu
+	modRev  int64             // the record's mod revision last confirmed; guarded by opMu
+	pending []pendingCall     // calls whose outcome is unknown; guarded by opMu
+	payload string            // the public value stored with the record (elections); guarded by opMu
 	// holds and value are count and payload as the getters (Holds,
 	// Term.Value) read them, without opMu, which is held across etcd round
 	// trips. value is nil for an empty payload (every lease but a term
@@ -52,7 +55,7 @@ type Lease struct {
 	holds atomic.Int64
 	value atomic.Pointer[string]
 
-	fin   endOnce       // the lease's end: Err and Done
+	fin   lifetime.End  // the lease's end: Err and Done
 	bound boundContexts // the contexts Context made, cancelled by the end
 }
 
@@ -109,7 +112,7 @@ func (l *Lease) String() string {
 // closes; Err says why. When renewals stop being confirmed, Done closes a
 // safety margin before the server could expire the session, so before any
 // other client can acquire the lock.
-func (l *Lease) Done() <-chan struct{} { return l.fin.done() }
+func (l *Lease) Done() <-chan struct{} { return l.fin.Done() }
 
 // Err returns nil while the lease is held. After Done closes it returns
 // ErrReleased, ErrClosed, or a *LostError (matching ErrLost and its cause).
@@ -117,7 +120,7 @@ func (l *Lease) Err() error {
 	if l == nil {
 		return errNilLease
 	}
-	return l.fin.err()
+	return l.fin.Err()
 }
 
 // Holds returns the hold count: 1 after Acquire, plus one per Reenter, minus
@@ -134,7 +137,7 @@ func (l *Lease) Metadata() string {
 	if p == nil {
 		return ""
 	}
-	_, md := decodePayload(*p)
+	_, md := record.DecodePayload(*p)
 	return md
 }
 
@@ -167,7 +170,7 @@ func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) 
 	ctx, cancel := context.WithCancelCause(ctx)
 	id, ok := l.bound.add(cancel)
 	if !ok {
-		cancel(l.fin.err()) // ended already
+		cancel(l.fin.Err()) // ended already
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	return ctx, func() {
@@ -181,7 +184,7 @@ func (l *Lease) bind(ctx context.Context) (context.Context, context.CancelFunc) 
 // at once, rather than through context.AfterFunc, whose goroutine could
 // run after the end's next step.
 type boundContexts struct {
-	mu    boundMutex
+	mu    lockorder.BoundMutex
 	next  uint64
 	m     map[uint64]context.CancelCauseFunc
 	ended bool
@@ -224,31 +227,31 @@ func (b *boundContexts) end(cause error) {
 
 // end ends the lease with err, once.
 func (l *Lease) end(err error) {
-	if !l.fin.begin(err) {
+	if !l.fin.Begin(err) {
 		return
 	}
 	// Count and log before Done closes, so that whoever wakes on Done
 	// finds the metrics and logs already saying why.
-	l.c.met.hold.Observe(time.Since(l.acquired).Seconds())
+	l.c.met.Hold.Observe(time.Since(l.acquired).Seconds())
 	if errors.Is(err, ErrLost) {
-		l.c.met.losses.WithLabelValues(lossCause(err)).Inc()
+		l.c.met.Losses.WithLabelValues(lossCause(err)).Inc()
 		l.c.log.LogAttrs(context.Background(), slog.LevelWarn, "lease lost", append(l.attrs(),
 			slog.String("cause", errors.Unwrap(err).Error()), slog.Duration("held", time.Since(l.acquired)))...)
 	}
 	// Contexts from Context are cancelled here, not by a goroutine: a
 	// Transfer sends its transaction right after end returns.
 	l.bound.end(err)
-	l.fin.finish()
+	l.fin.Finish()
 	if l.rec.mark != nil && errors.Is(err, ErrLost) && l.sess.failure() == nil {
 		// Not released: the lock waits out the delay (see WithLockDelay).
-		l.c.bg.spawn(l.expireMarker)
+		l.c.bg.Spawn(l.expireMarker)
 	}
 }
 
 // lostError is the Err of l lost for cause.
 func (l *Lease) lostError(cause error) *LostError {
 	e := &LostError{Lock: l.name, Cause: cause}
-	if l.kind == exclusive {
+	if l.kind == record.Exclusive {
 		e.Fence = l.Fence()
 	}
 	return e
@@ -286,3 +289,24 @@ const (
 	relInFlight          // such a Release waits for etcd's reply: the reply decides
 	relPending           // such a Release returned with an unknown outcome: a delete is it
 )
+
+// lossCause is the losses metric's word for err, the cause of a loss.
+func lossCause(err error) string {
+	switch {
+	case errors.Is(err, ErrKeyDeleted):
+		return "deleted"
+	case errors.Is(err, ErrKeyOverwritten):
+		return "overwritten"
+	case errors.Is(err, ErrSessionExpired):
+		return "session"
+	case errors.Is(err, ErrDeadline):
+		return "deadline"
+	case errors.Is(err, ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrMaxHold):
+		return "max_hold"
+	}
+	return "other"
+}

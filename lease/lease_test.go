@@ -17,6 +17,7 @@ import (
 	"github.com/fencekit/fencekit/internal/testsupport/promtest"
 	"github.com/fencekit/fencekit/internal/testsupport/testkit"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,6 +35,14 @@ func newClient(t *testing.T, cli *clientv3.Client, opts ...lease.Option) *lease.
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// newAdmin returns the operator tools over the default prefix through cli.
+func newAdmin(t *testing.T, cli *clientv3.Client) *admin.Admin {
+	t.Helper()
+	a, err := admin.New(cli, lease.DefaultPrefix)
+	require.NoError(t, err)
+	return a
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

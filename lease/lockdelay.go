@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,16 +20,10 @@ import (
 // keep a lock out of use.
 const MaxLockDelay = time.Minute
 
-// delaySlack is added to every lock-delay lease's TTL: it covers the time
-// between the renewal (or grant) of a lock-delay lease and the later
-// renewal of the session (or delete of the record) it must outlast, and
-// whole-second rounding never shortens a delay.
-const delaySlack = time.Second
-
 // WithLockDelay makes the lock wait d before it admits the next holder
 // when this acquisition's record disappears without a clean Release: its
 // session expired or was revoked (the holder crashed, was partitioned or
-// paused), its record was deleted (ForceRelease, "fencekit release
+// paused), its record was deleted (admin.Admin.ForceRelease, "fencekit release
 // --fence") or it reached WithMaxHold. A Release hands over at once. It
 // is for resources that cannot check fencing tokens: a late write of a
 // vanished holder lands before the next holder starts, if it lands within
@@ -48,7 +42,7 @@ const delaySlack = time.Second
 // d + 1 s (a put keeps its creation revision, so its place); a Client
 // whose lease ends otherwise while its session lives (its record deleted
 // or overwritten, WithMaxHold) does the same. Until the marker goes the
-// lock is delayed (Inspect: LockState.DelayedUntil; "fencekit status":
+// lock is delayed (admin.Admin.Inspect: LockState.DelayedUntil; "fencekit status":
 // "lock-delay until"). The next holder thus starts at least d after the
 // record vanished, provided etcd applies each session renewal within a
 // second of the lock-delay lease's renewal sent just before it; and
@@ -71,7 +65,7 @@ func WithLockDelay(d time.Duration) AcquireOption {
 		if err := ValidateLockDelay(d); err != nil {
 			return err
 		}
-		r.lockDelay = roundUpSeconds(d)
+		r.lockDelay = record.RoundUpSeconds(d)
 		return nil
 	})
 }
@@ -86,80 +80,14 @@ func ValidateLockDelay(d time.Duration) error {
 	return nil
 }
 
-// roundUpSeconds rounds d up to whole seconds.
-func roundUpSeconds(d time.Duration) time.Duration {
-	return (d + time.Second - 1) / time.Second * time.Second
-}
-
-// A lock-delay marker lives at <record key>.d<n>, n a hex number the
-// session never uses twice, so that a marker that outlives its record
-// never meets a later record's under a reused key. Its value is
-// encodeValue(markerOwner, 1, d): a value older Clients parse as a
-// record's, so they do not report it as foreign while they wait behind it.
-const (
-	markerSep   = ".d"
-	markerOwner = "lock-delay"
-)
-
-// delayMark is an acquisition's lock-delay marker.
-type delayMark struct {
-	key    string
-	value  string
-	delay  time.Duration
-	shadow clientv3.LeaseID // the session's lock-delay lease it is attached to
-}
-
-// put is the marker's write, in the record's transaction.
-func (m *delayMark) put() clientv3.Op {
-	return clientv3.OpPut(m.key, m.value, clientv3.WithLease(m.shadow))
-}
-
-// markerValue is the stored value of a marker of delay d.
-func markerValue(d time.Duration) string {
-	return encodeValue(markerOwner, 1, d.String())
-}
-
-// isMarker reports whether key is a lock-delay marker's.
-func isMarker(key string) bool {
-	_, ok := markerRecord(key)
-	return ok
-}
-
-// markerRecord returns the key of the record the marker at key belongs
-// to; ok is false if key is not a marker's.
-func markerRecord(key string) (rec string, ok bool) {
-	i := strings.LastIndex(key, markerSep)
-	if i < 0 || strings.LastIndexByte(key, '/') > i {
-		return "", false
-	}
-	rec, n := key[:i], key[i+len(markerSep):]
-	if n == "" || !isHex(n) {
-		return "", false
-	}
-	if k, ok := kindOf(rec); !ok || k != exclusive {
-		return "", false
-	}
-	return rec, true
-}
-
-// markerDelay returns the delay a marker's value names.
-func markerDelay(v []byte) (time.Duration, bool) {
-	tok, _, payload, ok := decodeRecord(v)
-	if !ok || tok != markerOwner {
-		return 0, false
-	}
-	d, err := time.ParseDuration(payload)
-	return d, err == nil && d > 0
-}
-
 // newMark returns the marker of the record at key, of delay d, on the
 // session's lock-delay lease for d (granted now if it has none).
-func (c *Client) newMark(ctx context.Context, s *session, key string, d time.Duration) (*delayMark, error) {
+func (c *Client) newMark(ctx context.Context, s *session, key string, d time.Duration) (*record.Mark, error) {
 	id, err := c.shadowFor(ctx, s, d)
 	if err != nil {
 		return nil, err
 	}
-	return &delayMark{key: key + markerSep + s.nextMarker(), value: markerValue(d), delay: d, shadow: id}, nil
+	return &record.Mark{Key: key + record.MarkerSep + s.nextMarker(), Value: record.MarkerValue(d), Delay: d, Shadow: id}, nil
 }
 
 // shadowFor returns s's lock-delay lease for d, granting it on first use.
@@ -167,15 +95,15 @@ func (c *Client) shadowFor(ctx context.Context, s *session, d time.Duration) (cl
 	if id, ok := s.shadow(d); ok {
 		return id, nil
 	}
-	resp, err := c.etcd.Grant(ctx, int64((s.ttl+d+delaySlack)/time.Second))
+	resp, err := c.etcd.Grant(ctx, int64((s.ttl+d+record.DelaySlack)/time.Second))
 	if err != nil {
-		return 0, fmt.Errorf("lease: grant lock-delay lease: %w", errors.Join(rpcError(err), ctx.Err()))
+		return 0, fmt.Errorf("lease: grant lock-delay lease: %w", errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	id, kept := s.addShadow(d, resp.ID)
 	if !kept {
 		// Another acquisition granted one first, or s ended: nothing is
 		// attached to this one.
-		c.bg.spawn(func() { c.revokeLease(resp.ID, s.ttl) })
+		c.bg.Spawn(func() { c.revokeLease(resp.ID, s.ttl) })
 	}
 	return id, nil
 }
@@ -183,7 +111,7 @@ func (c *Client) shadowFor(ctx context.Context, s *session, d time.Duration) (cl
 // revokeLease revokes an etcd lease of the Client's, bounded by ttl; a
 // lease it fails to revoke expires by itself.
 func (c *Client) revokeLease(id clientv3.LeaseID, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(c.bg.ctx, ttl)
+	ctx, cancel := context.WithTimeout(c.bg.Context(), ttl)
 	defer cancel()
 	_, _ = c.etcd.Revoke(ctx, id)
 }
@@ -210,18 +138,18 @@ func (c *Client) renewShadows(ctx context.Context, s *session) error {
 // expireMarker starts the countdown of l's lock-delay marker, once l has
 // ended otherwise than by a Release while its session lives: the marker
 // moves, if it is still on the session's lock-delay lease, to a new lease
-// of its delay (plus delaySlack), keeping its place in the queue. A
+// of its delay (plus record.DelaySlack), keeping its place in the queue. A
 // session that ends meanwhile leaves the marker on its lock-delay lease,
 // which expires by itself at least the delay later.
 func (l *Lease) expireMarker() {
 	c, m := l.c, l.rec.mark
 	for attempt := 0; ; attempt++ {
-		if l.sess.failure() != nil || c.bg.ctx.Err() != nil {
+		if l.sess.failure() != nil || c.bg.Context().Err() != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.bg.ctx, l.sess.ttl)
-		discard := func(id clientv3.LeaseID, ttl time.Duration) { c.bg.spawn(func() { c.revokeLease(id, ttl) }) }
-		err := moveMarker(ctx, c.etcd, m, discard)
+		ctx, cancel := context.WithTimeout(c.bg.Context(), l.sess.ttl)
+		discard := func(id clientv3.LeaseID, ttl time.Duration) { c.bg.Spawn(func() { c.revokeLease(id, ttl) }) }
+		err := record.MoveMarker(ctx, c.etcd, m, discard)
 		cancel()
 		if err == nil {
 			return
@@ -230,66 +158,22 @@ func (l *Lease) expireMarker() {
 			c.log.Warn("lease lock-delay marker not moved; trying again", logattr.Lock(l.name), logattr.Fence(l.rev),
 				slog.String("error", err.Error()))
 		}
-		if !c.bg.sleep(100 * time.Millisecond) {
+		if !c.bg.Sleep(100 * time.Millisecond) {
 			return
 		}
 	}
 }
 
-// moveMarker moves m from its session's lock-delay lease to a new lease
-// of its delay, unless it is on that lease no more (moved or deleted). A
-// new lease the marker did not move onto goes to discard, with its TTL.
-func moveMarker(ctx context.Context, etcd *clientv3.Client, m *delayMark, discard func(clientv3.LeaseID, time.Duration)) error {
-	grant, err := etcd.Grant(ctx, delayTTL(m.delay))
-	if err != nil {
-		return err
-	}
-	resp, err := etcd.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.shadow)).
-		Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(grant.ID))).Commit()
-	if err != nil || !resp.Succeeded {
-		discard(grant.ID, time.Duration(delayTTL(m.delay))*time.Second)
-	}
-	return err
-}
-
-// delayTTL is the TTL, in seconds, of the lease a marker of delay d moves
-// to when its countdown starts.
-func delayTTL(d time.Duration) int64 {
-	return int64(roundUpSeconds(d+delaySlack) / time.Second)
-}
-
-// resolveHead returns the record that heads a queue whose first entry
-// (read with headRecord) is head: head itself, or, when head is a
-// lock-delay marker (which shares its record's creation revision, so
-// either may come first), its record if that still exists. It returns
-// nil when the queue's head is a marker without its record: the lock is
-// in its delay, and nobody holds it. A queue without markers costs no
-// request.
-func resolveHead(ctx context.Context, kv clientv3.KV, head *mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
-	rec, ok := markerRecord(string(head.Key))
-	if !ok {
-		return head, nil
-	}
-	resp, err := kv.Get(ctx, rec)
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == head.CreateRevision {
-		return resp.Kvs[0], nil
-	}
-	return nil, nil
-}
-
 // delayEnd returns about when the lock-delay of the marker kv, whose
 // record is gone, ends: now plus the TTL etcd reports for its lease (as
-// Inspect's LockState.DelayedUntil), or, if that cannot be read, now plus
-// its delay and delaySlack, the longest its countdown lasts once started.
+// admin.LockState.DelayedUntil), or, if that cannot be read, now plus
+// its delay and record.DelaySlack, the longest its countdown lasts once started.
 func (c *Client) delayEnd(ctx context.Context, kv *mvccpb.KeyValue) time.Time {
 	now := time.Now()
-	ttl, err := sessionTTL(ctx, c.etcd, kv.Lease)
+	ttl, err := record.SessionTTL(ctx, c.etcd, kv.Lease)
 	if err != nil {
-		d, _ := markerDelay(kv.Value)
-		return now.Add(roundUpSeconds(d + delaySlack))
+		d, _ := record.MarkerDelay(kv.Value)
+		return now.Add(record.RoundUpSeconds(d + record.DelaySlack))
 	}
 	return now.Add(max(ttl, 0))
 }

@@ -40,7 +40,7 @@ func newDelaySetup(t *testing.T, name string) *delaySetup {
 	l, err := a.Acquire(ctx, name, lease.WithLockDelay(testDelay))
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, markerLeaseTTL(t, ctx, cli, name), "the session's TTL + the delay + 1 s")
-	st, err := a.Admin().Inspect(ctx, name)
+	st, err := newAdmin(t, cli).Inspect(ctx, name)
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	require.Equal(t, l.Fence(), st.Holder.Fence)
@@ -129,8 +129,7 @@ func TestLockDelayForceRelease(t *testing.T) {
 	s := newDelaySetup(t, "forced")
 	ctx := s.ctx
 	s.p.Pause()
-	op := newClient(t, s.cli)
-	r, err := op.Admin().ForceRelease(ctx, "forced", s.held.Fence().Revision)
+	r, err := newAdmin(t, s.cli).ForceRelease(ctx, "forced", s.held.Fence().Revision)
 	require.NoError(t, err)
 	assert.Equal(t, testDelay, r.LockDelay)
 	released := <-s.gone
@@ -138,7 +137,7 @@ func TestLockDelayForceRelease(t *testing.T) {
 	// of the delay (+ 1 s).
 	assert.EqualValues(t, 3, markerLeaseTTL(t, ctx, s.cli, "forced"))
 
-	st, err := op.Admin().Inspect(ctx, "forced")
+	st, err := newAdmin(t, s.cli).Inspect(ctx, "forced")
 	require.NoError(t, err)
 	assert.Nil(t, st.Holder)
 	assert.True(t, st.DelayedUntil.After(time.Now()), "delayed until %v", st.DelayedUntil)
@@ -195,7 +194,7 @@ func TestLockDelayAfterMaxHold(t *testing.T) {
 	c := newClient(t, cli)
 	l, err := c.Acquire(ctx, "capped-delay", lease.WithMaxHold(300*time.Millisecond), lease.WithLockDelay(testDelay))
 	require.NoError(t, err)
-	st, err := c.Admin().Inspect(ctx, "capped-delay")
+	st, err := newAdmin(t, cli).Inspect(ctx, "capped-delay")
 	require.NoError(t, err)
 	gone := deleteSeen(t, ctx, cli, st.Holder.Key)
 	next := acquireLater(ctx, t, newClient(t, cli), "capped-delay")
@@ -224,7 +223,7 @@ func TestLockDelayWaiterGivesUp(t *testing.T) {
 		errc <- err
 	}()
 	waitRecords(t, cli, "queue", 3)
-	st, err := a.Admin().Inspect(ctx, "queue")
+	st, err := newAdmin(t, cli).Inspect(ctx, "queue")
 	require.NoError(t, err)
 	require.Len(t, st.Waiters, 1)
 	assert.Equal(t, 2*time.Second, st.Waiters[0].LockDelay, "rounded up")

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -83,7 +85,7 @@ func (l *Lease) Reenter(ctx context.Context) error {
 // change runs a Release, Reenter or Proclaim (op, storing payload). A try
 // whose reply is lost (no reply within its deadline, or a failure in
 // transit) is sent again at once, as the caller's own retry would be (see
-// resender): the lost-reply rules make that safe. The last unknown outcome
+// resend.Pacer): the lost-reply rules make that safe. The last unknown outcome
 // is returned when ctx ends or the resends' time is up. Each try is up to
 // maxAttempts attempts (see attempt), and conclude turns the last one's
 // outcome into the call's result.
@@ -93,17 +95,17 @@ func (l *Lease) change(ctx context.Context, op opKind, payload string) error {
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	r := newResender(l.sess.ttl, &l.c.lat.change)
+	r := resend.New(l.sess.ttl, &l.c.lat.change)
 	for try := 0; ; try++ {
 		if done, err := l.afterEnd(op, try == 0); done {
 			return err
 		}
-		d := r.deadline()
+		d := r.Deadline()
 		res := l.attempt(ctx, d, op, payload)
 		for n := 1; res.out == outChanged && n < maxAttempts; n++ {
 			res = l.attempt(ctx, d, op, payload)
 		}
-		if res.out != outUnknown || !r.again(ctx, l.c) {
+		if res.out != outUnknown || !l.c.again(ctx, r) {
 			return l.conclude(op, res)
 		}
 		if l.c.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -184,7 +186,7 @@ func (l *Lease) afterEnd(op opKind, first bool) (done bool, err error) {
 	case op != opRelease:
 		return true, err
 	case err == ErrReleased && first:
-		l.c.met.duplicates.Inc()
+		l.c.met.Duplicates.Inc()
 	}
 	return false, nil
 }
@@ -196,7 +198,7 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 		next.payload = payload
 	}
 	last := next.count == 0
-	write := clientv3.OpPut(l.key, encodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
+	write := clientv3.OpPut(l.key, record.EncodeValue(l.owner.Value(), next.count, next.payload), clientv3.WithIgnoreLease())
 	// Whether a delete of the record seen after this call may be its
 	// doing: not when the Client had already given the record up (seen
 	// gone, or the lease ended) before it was sent.
@@ -205,7 +207,7 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 	if last {
 		ops[0] = clientv3.OpDelete(l.key)
 		if l.rec.mark != nil {
-			ops = append(ops, clientv3.OpDelete(l.rec.mark.key)) // a clean release: no delay
+			ops = append(ops, clientv3.OpDelete(l.rec.mark.Key)) // a clean release: no delay
 		}
 		mayDelete = l.c.recs.startRelease(l)
 	}
@@ -233,7 +235,7 @@ func (l *Lease) attempt(ctx context.Context, d time.Duration, op opKind, payload
 // record deleted while this Release of the last hold was in flight, gone
 // as asked.
 func (l *Lease) noReply(ctx context.Context, op opKind, err error, next pendingCall, forget bool) result {
-	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+	if err := record.RPCError(err); errors.Is(err, ErrPermissionDenied) {
 		l.settleReleasing() // refused: not applied
 		return result{outDenied, err}
 	}
@@ -255,10 +257,10 @@ func (l *Lease) explain(ctx context.Context, op opKind, next pendingCall) result
 	l.settleReleasing()
 	if err != nil {
 		// Still not applied, and nothing pending: a retry reads again.
-		if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+		if err := record.RPCError(err); errors.Is(err, ErrPermissionDenied) {
 			return result{outDenied, err}
 		}
-		return result{outUnknown, opErr(op.String(), l.name, unknown(ctx, rpcError(err)))}
+		return result{outUnknown, opErr(op.String(), l.name, unknown(ctx, record.RPCError(err)))}
 	}
 	st := l.judge(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 	if st.err != nil {
@@ -299,7 +301,7 @@ func (l *Lease) settleReleasing() (sawDelete bool) {
 func (l *Lease) reads() []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(l.key),
-		clientv3.OpGet(dirOf(l.key), headKey()...),
+		clientv3.OpGet(record.DirOf(l.key), record.HeadKey()...),
 	}
 }
 
@@ -312,7 +314,7 @@ func (l *Lease) reads() []clientv3.Op {
 func (l *Lease) txn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	return l.c.etcd.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
-		clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)),
+		clientv3.Compare(clientv3.Value(l.key), "=", record.EncodeValue(l.owner.Value(), l.count, l.payload)),
 	).Then(ops...).Commit()
 }
 
@@ -325,7 +327,7 @@ func (l *Lease) txnWithin(ctx context.Context, d time.Duration, ops ...clientv3.
 	sent := time.Now()
 	resp, err := l.txn(tctx, ops...)
 	if err == nil {
-		observeLatency(&l.c.lat.change, time.Since(sent))
+		resend.ObserveLatency(&l.c.lat.change, time.Since(sent))
 	} else if ctx.Err() == nil && tctx.Err() != nil {
 		err = fmt.Errorf("%w within %v", errNoReply, d)
 	}
@@ -351,7 +353,7 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 		return stored{err: ErrNotFound}
 	}
 	kv := rec[0]
-	tok, n, payload, ok := decodeRecord(kv.Value)
+	tok, n, payload, ok := record.Decode(kv.Value)
 	if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 		return stored{err: ErrNotOwner}
 	}
@@ -361,12 +363,12 @@ func (l *Lease) judge(rec, head []*mvccpb.KeyValue) stored {
 // ownMarker reports whether kv, the head of the lock's queue, is l's own
 // lock-delay marker: the lock is in l's delay, and nobody holds it.
 func (l *Lease) ownMarker(kv *mvccpb.KeyValue) bool {
-	return l.rec.mark != nil && string(kv.Key) == l.rec.mark.key
+	return l.rec.mark != nil && string(kv.Key) == l.rec.mark.Key
 }
 
 func (l *Lease) logResult(op opKind, result string, err error) {
 	name := op.String()
-	l.c.met.result(op, result).Inc()
+	l.c.met.Result(op.String(), result).Inc()
 	level := slog.LevelInfo
 	if op == opRenew && err == nil {
 		level = slog.LevelDebug

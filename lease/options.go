@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/internal/observe"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -54,21 +54,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // this prefix.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) (err error) {
-		c.prefix, err = keyPrefix(prefix)
+		c.prefix, err = record.Prefix(prefix)
 		return err
 	})
-}
-
-// keyPrefix is prefix, refused when empty, with a "/" appended when
-// missing.
-func keyPrefix(prefix string) (string, error) {
-	if prefix == "" || prefix == "/" {
-		return "", errors.New("lease: empty key prefix")
-	}
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	return prefix, nil
 }
 
 // WithTTL sets the TTL of the Client's etcd session lease. etcd counts TTLs

@@ -96,7 +96,7 @@ func (p *Permit) Acquired() time.Time { return p.l.acquired }
 func (p *Permit) ValidUntil() time.Time { return p.l.ValidUntil() }
 
 // ReleaseRequested is closed when someone asked this permit's holder to
-// give it back (Admin.RequestRelease with its Revision, which reaches
+// give it back (admin.Admin.RequestRelease with its Revision, which reaches
 // only the oldest permit of the lock: the head of its queue). It stays
 // open otherwise, also after the permit ends.
 func (p *Permit) ReleaseRequested() <-chan struct{} { return p.l.ReleaseRequested() }

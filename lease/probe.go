@@ -3,10 +3,7 @@ package lease
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Headroom returns how long the Client's leases stay valid if no renewal
@@ -108,57 +105,4 @@ func (c *Client) isClosed() bool {
 	c.sessions.mu.Lock()
 	defer c.sessions.mu.Unlock()
 	return c.sessions.closed
-}
-
-// headroomCollector reports, as one gauge, the smallest Headroom of the
-// Clients that share it (every Client registered on one registry), and
-// nothing while none of them has a session.
-type headroomCollector struct {
-	desc    *prometheus.Desc
-	mu      sync.Mutex
-	clients map[*Client]struct{}
-}
-
-func newHeadroomCollector() *headroomCollector {
-	return &headroomCollector{
-		desc: prometheus.NewDesc("fencekit_lease_headroom_seconds",
-			"Seconds until the earliest local validity deadline of the sessions of this process's Clients (the smallest Client.Headroom): it falls towards 0 when renewals stop being confirmed, before any lease is lost.",
-			nil, nil),
-		clients: map[*Client]struct{}{},
-	}
-}
-
-// Describe implements prometheus.Collector.
-func (h *headroomCollector) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
-
-// Collect implements prometheus.Collector.
-func (h *headroomCollector) Collect(ch chan<- prometheus.Metric) {
-	h.mu.Lock()
-	clients := make([]*Client, 0, len(h.clients))
-	for c := range h.clients {
-		clients = append(clients, c)
-	}
-	h.mu.Unlock()
-	var least time.Duration
-	found := false
-	for _, c := range clients {
-		if d, ok := c.Headroom(); ok && (!found || d < least) {
-			least, found = d, true
-		}
-	}
-	if found {
-		ch <- prometheus.MustNewConstMetric(h.desc, prometheus.GaugeValue, least.Seconds())
-	}
-}
-
-func (h *headroomCollector) add(c *Client) {
-	h.mu.Lock()
-	h.clients[c] = struct{}{}
-	h.mu.Unlock()
-}
-
-func (h *headroomCollector) remove(c *Client) {
-	h.mu.Lock()
-	delete(h.clients, c)
-	h.mu.Unlock()
 }

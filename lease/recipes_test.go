@@ -385,7 +385,8 @@ func fenceToken(name string, rev int64) fence.Token { return fence.Token{Lock: n
 // Inspect tells the kinds apart and which records hold.
 func TestInspectRecipes(t *testing.T) {
 	cl := etcdtest.Start(t)
-	c := newClient(t, etcdtest.Client(t, cl))
+	cli := etcdtest.Client(t, cl)
+	c := newClient(t, cli)
 	ctx := ctxT(t, 20*time.Second)
 	sem, err := c.Semaphore("insp", 2)
 	require.NoError(t, err)
@@ -402,7 +403,7 @@ func TestInspectRecipes(t *testing.T) {
 	_, err = e.Campaign(ctx, "me:1")
 	require.NoError(t, err)
 
-	st, err := c.Admin().Inspect(ctx, "insp")
+	st, err := newAdmin(t, cli).Inspect(ctx, "insp")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	assert.Equal(t, "semaphore/2", st.Holder.Kind)
@@ -414,7 +415,7 @@ func TestInspectRecipes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, held)
-	st, err = c.Admin().Inspect(ctx, "insp-e")
+	st, err = newAdmin(t, cli).Inspect(ctx, "insp-e")
 	require.NoError(t, err)
 	assert.Equal(t, "lock", st.Holder.Kind)
 	assert.Equal(t, "me:1", st.Holder.Value)

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/lease/internal/watchmux"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,12 +27,12 @@ import (
 // and never calls out of the package: leases end after mu is released.
 type records struct {
 	etcd   *clientv3.Client
-	bg     *group
+	bg     *lifetime.Group
 	log    *slog.Logger
 	keeper sessionKeeper
 	busy   busyLocks // lock directories found taken lately (see enqueue); its own lock
 
-	mu      recordsMutex
+	mu      lockorder.RecordsMutex
 	closed  bool
 	watches *watchmux.Set
 	held    map[string]*Lease  // record key -> lease
@@ -54,7 +57,7 @@ type sessionKeeper interface {
 	checkGone(s *session)
 }
 
-func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, keeper sessionKeeper, stats watchmux.Stats) *records {
+func newRecords(cli *clientv3.Client, bg *lifetime.Group, log *slog.Logger, cfg config, keeper sessionKeeper, stats watchmux.Stats) *records {
 	t := &records{
 		etcd:    cli,
 		bg:      bg,
@@ -67,8 +70,8 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 		uses:    map[*session]int{},
 		ttl:     cfg.ttl,
 	}
-	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.ctx, Go: bg.spawn, Sleep: bg.sleep, Log: log,
-		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &streamMutex{}})
+	t.watches = watchmux.New(watchmux.Config{Etcd: cli, Context: bg.Context(), Go: bg.Spawn, Sleep: bg.Sleep, Log: log,
+		TTL: cfg.ttl, Sink: (*eventSink)(t), Stats: stats, Used: t.used, Mu: &lockorder.StreamMutex{}})
 	return t
 }
 
@@ -79,8 +82,8 @@ func newRecords(cli *clientv3.Client, bg *group, log *slog.Logger, cfg config, k
 // acquiring goroutine before its waiter becomes a Lease, and not changed
 // after; the other fields are guarded by the table's lock.
 type entry struct {
-	value string     // the value the acquisition wrote: its owner token and hold count 1
-	mark  *delayMark // the lock-delay marker written with the record; nil if none
+	value string       // the value the acquisition wrote: its owner token and hold count 1
+	mark  *record.Mark // the lock-delay marker written with the record; nil if none
 	// uncertain: a request that wrote the record got no reply, so a copy
 	// of the write may still apply after the record is deleted (see
 	// orphan.uncertain).
@@ -130,7 +133,7 @@ func (t *records) subscribe(w *waiter) error {
 	}
 	w.reading()
 	w.own = t.watches.Own(w.key)
-	if w.kind.limit > 0 {
+	if w.kind.Limit > 0 {
 		w.block = t.watches.Hold(w.dir, true) // a permit may come from any holder
 	}
 	t.waiters[w.key] = w
@@ -275,7 +278,7 @@ func (t *records) put(kv *mvccpb.KeyValue) {
 		t.mu.Unlock()
 		return
 	}
-	tok, _, ok := decodeValue(kv.Value)
+	tok, _, ok := record.DecodeValue(kv.Value)
 	if l := t.held[key]; l != nil && rev > l.rev && l.rec.rel == relNone {
 		if kv.CreateRevision != l.rev || !ok || tok != l.owner.Value() {
 			t.unhold(key)
@@ -306,7 +309,7 @@ func (t *records) deleted(key string, rev int64) {
 	if l := t.held[key]; l != nil && rev > l.rev {
 		ends = t.recordGone(l, ends)
 	}
-	for w := range t.byDir[dirOf(key)] {
+	for w := range t.byDir[record.DirOf(key)] {
 		w.onDelete(key, rev)
 	}
 	t.mu.Unlock()
@@ -515,7 +518,7 @@ const maxBusy = 4096
 // therefore written the queueing way until an acquisition finds it free
 // again.
 type busyLocks struct {
-	mu   busyMutex
+	mu   lockorder.BusyMutex
 	dirs map[string]struct{}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -31,7 +33,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	resp, err := l.c.etcd.Txn(ctx).Then(l.reads()...).Commit()
-	if err := rpcError(err); errors.Is(err, ErrPermissionDenied) {
+	if err := record.RPCError(err); errors.Is(err, ErrPermissionDenied) {
 		l.logResult(opRenew, "denied", err)
 		return opErr("renew", l.name, err)
 	}
@@ -67,14 +69,14 @@ func (l *Lease) renew(ctx context.Context) error {
 }
 
 // keepAlive renews l's session once, resending a keep-alive that gets no
-// reply within its own deadline as Release does (see resender): one stuck
+// reply within its own deadline as Release does (see resend.Pacer): one stuck
 // at a follower that forwards it to a stalled leader would otherwise wait
 // for etcd's request timeout. It returns the reply and when the try that
 // got it was sent.
 func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, time.Time, error) {
-	r := newResender(l.sess.ttl, &l.c.lat.renew)
+	r := resend.New(l.sess.ttl, &l.c.lat.renew)
 	for {
-		d := r.deadline()
+		d := r.Deadline()
 		tctx, cancel := context.WithTimeout(ctx, d)
 		sent := time.Now()
 		// The session's lock-delay leases first, as in the background
@@ -92,7 +94,7 @@ func (l *Lease) keepAlive(ctx context.Context) (*clientv3.LeaseKeepAliveResponse
 		case ctx.Err() == nil && tctx.Err() != nil:
 			err = fmt.Errorf("%w within %v", errNoReply, d)
 		}
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(rpcError(err), ErrPermissionDenied) || !r.again(ctx, l.c) {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(record.RPCError(err), ErrPermissionDenied) || !l.c.again(ctx, r) {
 			return nil, sent, err
 		}
 	}

@@ -2,8 +2,6 @@ package lease
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -11,78 +9,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// RequestRelease asks the holder of the lock called name whose fencing
-// revision is rev to release it: the cooperative counterpart of
-// ForceRelease. The holder's Lease.ReleaseRequested closes (within the time
-// an etcd watch event takes), Do cancels its function's context with
-// ErrReleaseRequested and then releases; a holder that uses Acquire decides
-// itself what to do. Nothing is taken away: a holder that ignores the
-// request keeps the lock.
-//
-// The request is a key under the prefix's reserved "/asks/" space (no lock
-// name is empty, so it is never part of a lock), attached to the holder's
-// session so that it goes with it. It is written only if the acquisition
-// with revision rev still holds the lock, in one transaction comparing its
-// record's creation revision. When rev is not the current holder's it
-// writes nothing and returns a *NotHolderError (matching ErrNotOwner, or
-// ErrNotFound when the lock is free). A record that no session keeps
-// cannot be asked: use ForceRelease. Any other error means the outcome is
-// unknown; asking again is harmless.
-func (a *Admin) RequestRelease(ctx context.Context, name string, rev int64) error {
-	kv, err := a.holder(ctx, "request release", name, rev)
-	if err != nil {
-		return err
-	}
-	if kv.Lease == 0 {
-		return fmt.Errorf("lease: request release %q: the record is kept by no session, so no Client can hear the request; use ForceRelease", name)
-	}
-	key := string(kv.Key)
-	ask := askKey(a.prefix, key, rev)
-	resp, err := a.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpPut(ask, key, clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
-		Commit()
-	switch {
-	case err != nil:
-		return fmt.Errorf("lease: request release %q: outcome unknown: %w", name, errors.Join(rpcError(err), ctx.Err()))
-	case !resp.Succeeded:
-		return &NotHolderError{Lock: name, Revision: rev}
-	}
-	a.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
-	return nil
-}
-
-// askDir is where requests to release the records of the session whose
-// key id is keyID live: under the prefix, in the space of the empty lock
-// name, which no lock can have.
-func askDir(prefix, keyID string) string { return prefix + "/asks/" + keyID }
-
-// askKey is the request to release the record key created at rev. Record
-// keys start with their session's key id, which the request key starts
-// with too, so that a session watches one directory.
-func askKey(prefix, recordKey string, rev int64) string {
-	slot := recordKey[strings.LastIndexByte(recordKey, '/')+1:]
-	keyID, _, _ := strings.Cut(slot, "-")
-	return askDir(prefix, keyID+"-") + strconv.FormatInt(rev, 10)
-}
 
 // watchAsks follows the requests to release the records of s, from the
 // revision s was granted at, until s ends or the Client closes, and tells
 // each lease it names (see Lease.ReleaseRequested). A request is deleted
 // once handled.
 func (c *Client) watchAsks(s *session, from int64) {
-	ctx, cancel := context.WithCancel(c.bg.ctx)
+	ctx, cancel := context.WithCancel(c.bg.Context())
 	defer cancel()
-	stop := context.AfterFunc(s.fin.ctx, cancel)
+	stop := context.AfterFunc(s.fin.Context(), cancel)
 	defer stop()
-	dir := askDir(c.cfg.prefix, s.keyID)
+	dir := record.AskDir(c.cfg.prefix, s.keyID)
 	for ctx.Err() == nil {
 		from = c.followAsks(ctx, dir, from)
-		if !c.bg.sleep(100 * time.Millisecond) {
+		if !c.bg.Sleep(100 * time.Millisecond) {
 			return
 		}
 		from = c.catchUpAsks(ctx, dir, from)
@@ -175,7 +118,7 @@ func (a *releaseAsk) request(to int64) {
 }
 
 // ReleaseRequested is closed when someone asked this lease's holder to
-// release the lock (Admin.RequestRelease), or to hand it to a waiting
+// release the lock (admin.Admin.RequestRelease), or to hand it to a waiting
 // candidate (Election.RequestTransfer; Do then transfers). It stays open
 // otherwise, also after the lease ends.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.asked.get().Done() }

@@ -21,7 +21,6 @@ func TestRequestRelease(t *testing.T) {
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
 	holder := newClient(t, cli)
-	operator := newClient(t, cli)
 
 	running := make(chan *lease.Lease, 1)
 	done := make(chan error, 1)
@@ -45,7 +44,7 @@ func TestRequestRelease(t *testing.T) {
 	waitRecords(t, cli, "asked", 2)
 
 	start := time.Now()
-	require.NoError(t, operator.Admin().RequestRelease(ctx, "asked", l.Fence().Revision))
+	require.NoError(t, newAdmin(t, cli).RequestRelease(ctx, "asked", l.Fence().Revision))
 	select {
 	case <-l.ReleaseRequested():
 	case <-time.After(5 * time.Second):
@@ -60,7 +59,7 @@ func TestRequestRelease(t *testing.T) {
 		resp, err := cli.Get(ctx, lease.DefaultPrefix+"/asks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 0
 	}, 5*time.Second, 10*time.Millisecond, "the request is deleted once handled")
-	states, err := operator.Admin().InspectAll(ctx)
+	states, err := newAdmin(t, cli).InspectAll(ctx)
 	require.NoError(t, err)
 	for _, st := range states {
 		assert.NotEmpty(t, st.Name, "the requests' space shows up as a lock")
@@ -74,15 +73,14 @@ func TestRequestReleaseOfAnotherHolder(t *testing.T) {
 	cl := etcdtest.Start(t)
 	cli := etcdtest.Client(t, cl)
 	ctx := ctxT(t, 20*time.Second)
-	operator := newClient(t, cli)
-	err := operator.Admin().RequestRelease(ctx, "nobody", 42)
+	err := newAdmin(t, cli).RequestRelease(ctx, "nobody", 42)
 	var nh *lease.NotHolderError
 	require.ErrorAs(t, err, &nh)
 	require.ErrorIs(t, err, lease.ErrNotFound)
 
 	l, err := newClient(t, cli).Acquire(ctx, "kept")
 	require.NoError(t, err)
-	err = operator.Admin().RequestRelease(ctx, "kept", l.Fence().Revision-1)
+	err = newAdmin(t, cli).RequestRelease(ctx, "kept", l.Fence().Revision-1)
 	require.ErrorIs(t, err, lease.ErrNotOwner)
 	select {
 	case <-l.ReleaseRequested():
@@ -90,7 +88,7 @@ func TestRequestReleaseOfAnotherHolder(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	require.NoError(t, l.Err())
-	require.Error(t, operator.Admin().RequestRelease(ctx, "kept", 0))
-	require.ErrorIs(t, operator.Admin().RequestRelease(ctx, "a/b", 1), lease.ErrInvalidName)
+	require.Error(t, newAdmin(t, cli).RequestRelease(ctx, "kept", 0))
+	require.ErrorIs(t, newAdmin(t, cli).RequestRelease(ctx, "a/b", 1), lease.ErrInvalidName)
 	require.NoError(t, l.Release(ctx))
 }

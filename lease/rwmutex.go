@@ -1,6 +1,10 @@
 package lease
 
-import "context"
+import (
+	"context"
+
+	"github.com/fencekit/fencekit/lease/internal/record"
+)
 
 // RWMutex is a read/write lock of etcd records: any number of readers at
 // once, or one writer. Waiters are admitted in the order their records were
@@ -40,19 +44,19 @@ func (rw *RWMutex) Name() string { return rw.name }
 // WithLeaseTTL applies, to Lock, TryLock, RLock and TryRLock alike (the
 // others are an error matching ErrInvalidOption).
 func (rw *RWMutex) Lock(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	return rw.acquire(ctx, request{name: rw.name, kind: exclusive, op: "lock"}, opts)
+	return rw.acquire(ctx, request{name: rw.name, kind: record.Exclusive, op: "lock"}, opts)
 }
 
 // TryLock takes the write lock if nobody holds or waits for the lock, and
 // returns an error matching ErrHeld at once otherwise.
 func (rw *RWMutex) TryLock(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	return rw.acquire(ctx, request{name: rw.name, kind: exclusive, try: true, op: "lock"}, opts)
+	return rw.acquire(ctx, request{name: rw.name, kind: record.Exclusive, try: true, op: "lock"}, opts)
 }
 
 // RLock blocks until it holds a read lock, and returns it as a Permit.
 // Errors are as for Client.Acquire.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
-	l, err := rw.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, op: "read-lock"}, opts)
+	l, err := rw.acquire(ctx, request{name: rw.name, kind: record.Kind{Shared: true}, op: "read-lock"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +68,7 @@ func (rw *RWMutex) RLock(ctx context.Context, opts ...AcquireOption) (*Permit, e
 // wrote to find out is deleted (see TryAcquireAll for a delete whose reply
 // is lost).
 func (rw *RWMutex) TryRLock(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
-	l, err := rw.acquire(ctx, request{name: rw.name, kind: recordKind{shared: true}, try: true, op: "read-lock"}, opts)
+	l, err := rw.acquire(ctx, request{name: rw.name, kind: record.Kind{Shared: true}, try: true, op: "read-lock"}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"fmt"
+
+	"github.com/fencekit/fencekit/lease/internal/record"
 )
 
 // MaxPermits is the largest size of a Semaphore.
@@ -52,7 +54,7 @@ func (s *Semaphore) Size() int { return s.n }
 // AcquireOptions only WithLeaseTTL applies (the others are an error
 // matching ErrInvalidOption).
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
-	req, err := withTTLOnly(request{name: s.name, kind: recordKind{limit: s.n}, op: "acquire permit"}, opts)
+	req, err := withTTLOnly(request{name: s.name, kind: record.Kind{Limit: s.n}, op: "acquire permit"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +70,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Permit
 // wrote to find out is deleted (see Client.TryAcquireAll for a delete whose
 // reply is lost). ctx bounds the requests. Options are as for Acquire.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Permit, error) {
-	req, err := withTTLOnly(request{name: s.name, kind: recordKind{limit: s.n}, try: true, op: "acquire permit"}, opts)
+	req, err := withTTLOnly(request{name: s.name, kind: record.Kind{Limit: s.n}, try: true, op: "acquire permit"}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
+	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -16,8 +19,8 @@ import (
 // acquisitions use, one per TTL, every session not yet ended, and whether
 // the Client is closed.
 type sessionSet struct {
-	grant   grantMutex          // serialises session creation
-	checked map[string]struct{} // endpoints whose version was checked; guarded by grant
+	grant   lockorder.GrantMutex // serialises session creation
+	checked map[string]struct{}  // endpoints whose version was checked; guarded by grant
 	// bound is the number of records a session takes (maxSessionRecords;
 	// tests lower it before the first acquisition).
 	bound int
@@ -30,7 +33,7 @@ type sessionSet struct {
 	// Client's gets the default margin of its own TTL.
 	fixedMargin bool
 
-	mu     sessionsMutex // guards the fields below
+	mu     lockorder.SessionsMutex // guards the fields below
 	closed bool
 	cur    map[time.Duration]*session // per TTL, the session new acquisitions use
 	live   map[*session]struct{}      // every session not yet ended
@@ -101,7 +104,7 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 	sent := time.Now()
 	resp, err := c.etcd.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(rpcError(err), ctx.Err()))
+		return nil, fmt.Errorf("lease: grant session: %w", errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	if got := time.Duration(resp.TTL) * time.Second; got != ttl {
 		// etcd raises a TTL below its minimum without saying so; a holder
@@ -121,7 +124,7 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 		slots:      map[string]struct{}{},
 		bound:      c.sessions.bound,
 	}
-	s.fin.init()
+	s.fin.Init()
 	ss := &c.sessions
 	ss.mu.Lock()
 	if ss.closed {
@@ -133,8 +136,8 @@ func (c *Client) grantSession(ctx context.Context, ttl time.Duration) (*session,
 	ss.cur[ttl] = s
 	ss.live[s] = struct{}{}
 	s.armDeadline(func() { c.onDeadline(s) })
-	c.bg.spawn(func() { c.keepAlive(s) })
-	c.bg.spawn(func() { c.watchAsks(s, resp.ResponseHeader.Revision+1) })
+	c.bg.Spawn(func() { c.keepAlive(s) })
+	c.bg.Spawn(func() { c.watchAsks(s, resp.ResponseHeader.Revision+1) })
 	ss.mu.Unlock()
 	if old != nil {
 		c.recs.retireIfIdle(old)
@@ -199,7 +202,7 @@ func (c *Client) revoke(s *session) error {
 // retire ends and revokes s, tainted or full and unused (see
 // records.retireUnused), in the background.
 func (c *Client) retire(s *session) {
-	c.bg.spawn(func() {
+	c.bg.Spawn(func() {
 		if c.endSession(s, errRetired) {
 			if err := c.revoke(s); err != nil {
 				c.log.Warn("lease retired session revoke failed; it expires within its TTL",
@@ -214,8 +217,8 @@ func (c *Client) retire(s *session) {
 // expired session is reported as ErrSessionExpired (its records go first,
 // its end is seen later), a deleted record as ErrKeyDeleted.
 func (c *Client) checkGone(s *session) {
-	c.bg.spawn(func() {
-		ctx, cancel := context.WithTimeout(c.bg.ctx, min(s.ttl/4, time.Second))
+	c.bg.Spawn(func() {
+		ctx, cancel := context.WithTimeout(c.bg.Context(), min(s.ttl/4, time.Second))
 		resp, err := c.etcd.TimeToLive(ctx, s.id)
 		cancel()
 		gone := errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL < 0)
@@ -240,9 +243,9 @@ func (c *Client) keepAlive(s *session) {
 	for {
 		select {
 		case <-t.C:
-		case <-s.fin.done():
+		case <-s.fin.Done():
 			return
-		case <-c.bg.ctx.Done():
+		case <-c.bg.Context().Done():
 			return
 		}
 		until := s.until()
@@ -250,7 +253,7 @@ func (c *Client) keepAlive(s *session) {
 		if floor := sent.Add(interval); until.Before(floor) {
 			until = floor
 		}
-		ctx, cancel := context.WithDeadline(c.bg.ctx, c.renewalDeadline(sent, until, interval))
+		ctx, cancel := context.WithDeadline(c.bg.Context(), c.renewalDeadline(sent, until, interval))
 		// The lock-delay leases first: the session is renewed only once
 		// they are, so that each outlasts it by its delay.
 		err := c.renewShadows(ctx, s)
@@ -266,10 +269,10 @@ func (c *Client) keepAlive(s *session) {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			c.endSession(s, goneCause(s))
 			return
-		case errors.Is(rpcError(err), ErrPermissionDenied):
+		case errors.Is(record.RPCError(err), ErrPermissionDenied):
 			// etcd refuses to renew a lease when the user may not write
 			// every key attached to it; the session is as good as gone.
-			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, rpcError(err)))
+			c.endSession(s, fmt.Errorf("%w: renewal refused: %w", ErrSessionExpired, record.RPCError(err)))
 			return
 		case err != nil && c.etcdClosed():
 			// The etcd client was closed under the Client: nothing can be
@@ -278,7 +281,7 @@ func (c *Client) keepAlive(s *session) {
 			c.endSession(s, ErrEtcdClosed)
 			return
 		case err != nil:
-			if c.bg.ctx.Err() != nil {
+			if c.bg.Context().Err() != nil {
 				return
 			}
 			c.log.Warn("lease session renewal failed", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
@@ -319,7 +322,7 @@ func goneCause(s *session) error {
 // and is then sent again, to the client's next endpoint; the last one
 // before the validity deadline waits until it.
 func (c *Client) renewalDeadline(sent, until time.Time, interval time.Duration) time.Time {
-	d := max(interval/3, 4*time.Duration(c.lat.renew.Load()), minTryDeadline)
+	d := max(interval/3, 4*time.Duration(c.lat.renew.Load()), resend.MinTryDeadline)
 	if until.Sub(sent) > 2*d+max(interval/4, 20*time.Millisecond) {
 		return sent.Add(d)
 	}
@@ -340,7 +343,7 @@ func (c *Client) onDeadline(s *session) {
 	if ss.closed { // Close revokes it
 		return
 	}
-	c.bg.spawn(func() {
+	c.bg.Spawn(func() {
 		if err := c.revoke(s); err != nil {
 			c.log.Warn("lease session revoke after deadline failed", slog.String("error", err.Error()))
 		}
@@ -360,7 +363,7 @@ func (c *Client) endSession(s *session, cause error) bool {
 	}
 	c.sessions.remove(s)
 	if cause == ErrRevokedEarly {
-		c.met.revokedEarly.Inc()
+		c.met.RevokedEarly.Inc()
 	}
 	if !errors.Is(cause, ErrClosed) && cause != errRetired {
 		c.log.Warn("lease session ended", slog.String("session", strconv.FormatInt(int64(s.id), 16)),

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,15 +21,15 @@ type session struct {
 	keyID  string // id as record keys carry it: 16 hex digits and a dash
 	ttl    time.Duration
 	margin time.Duration
-	fin    endOnce // the session's end
+	fin    lifetime.End // the session's end
 
-	mu         sessionMutex
+	mu         lockorder.SessionMutex
 	validUntil time.Time
 	timer      *time.Timer
 	slots      map[string]struct{} // record keys in use (see claimSlot)
 	// shadows are the session's lock-delay leases, one per delay (see
 	// WithLockDelay), granted on first use; markers counts the markers
-	// written, to name the next (see delayMark).
+	// written, to name the next (see record.Mark).
 	shadows map[time.Duration]clientv3.LeaseID
 	markers uint64
 
@@ -67,12 +69,12 @@ type session struct {
 
 // failure returns why s ended, or nil while it lasts.
 func (s *session) failure() error {
-	return s.fin.err()
+	return s.fin.Err()
 }
 
 // finish ends s with cause, and reports whether this call ended it.
 func (s *session) finish(cause error) bool {
-	if !s.fin.end(cause) {
+	if !s.fin.End(cause) {
 		return false
 	}
 	s.mu.Lock()
@@ -103,7 +105,7 @@ func (s *session) until() time.Time {
 func (s *session) extend(until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fin.err() == nil && until.After(s.validUntil) {
+	if s.fin.Err() == nil && until.After(s.validUntil) {
 		s.validUntil = until
 	}
 }
@@ -122,7 +124,7 @@ func (s *session) armDeadline(expire func()) {
 func (s *session) pastDeadline() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.fin.err() != nil {
+	if s.fin.Err() != nil {
 		return false
 	}
 	if d := time.Until(s.validUntil); d > 0 {
@@ -200,7 +202,7 @@ func (s *session) addUncertain() bool {
 func (s *session) retirable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return (s.tainted || s.full || s.idleOut) && s.fin.err() == nil
+	return (s.tainted || s.full || s.idleOut) && s.fin.Err() == nil
 }
 
 // closedToNew reports whether new acquisitions must use another session:
@@ -298,7 +300,7 @@ func (s *session) addShadow(d time.Duration, id clientv3.LeaseID) (use clientv3.
 	if cur, ok := s.shadows[d]; ok {
 		return cur, false
 	}
-	if s.fin.err() != nil {
+	if s.fin.Err() != nil {
 		return id, false
 	}
 	if s.shadows == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -97,7 +98,7 @@ func (s *Set) ValidUntil() time.Time {
 }
 
 // ReleaseRequested is closed when someone asked the holder of any lock of
-// the set to release it (Admin.RequestRelease with the set's revision
+// the set to release it (admin.Admin.RequestRelease with the set's revision
 // and that lock's name): release the whole set then. It stays open
 // otherwise, also after the set ends.
 func (s *Set) ReleaseRequested() <-chan struct{} {
@@ -208,10 +209,10 @@ func (s *Set) releaseAtOnce(ctx context.Context) bool {
 		ok := l.Err() == nil && l.count == 1 && len(l.pending) == 0
 		if ok {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(l.key), "=", l.modRev),
-				clientv3.Compare(clientv3.Value(l.key), "=", encodeValue(l.owner.Value(), l.count, l.payload)))
+				clientv3.Compare(clientv3.Value(l.key), "=", record.EncodeValue(l.owner.Value(), l.count, l.payload)))
 			dels = append(dels, clientv3.OpDelete(l.key))
 			if l.rec.mark != nil {
-				dels = append(dels, clientv3.OpDelete(l.rec.mark.key)) // a clean release: no delay
+				dels = append(dels, clientv3.OpDelete(l.rec.mark.Key)) // a clean release: no delay
 			}
 			inFlight[i] = l.c.recs.startRelease(l)
 		}
@@ -231,7 +232,7 @@ func (s *Set) releaseAtOnce(ctx context.Context) bool {
 // (inFlight): released when the transaction applied (done), a pending
 // last Release when its reply was lost (err), nothing otherwise.
 func (s *Set) settle(inFlight []bool, done bool, err error) {
-	lost := err != nil && !errors.Is(rpcError(err), ErrPermissionDenied)
+	lost := err != nil && !errors.Is(record.RPCError(err), ErrPermissionDenied)
 	for i, started := range inFlight {
 		l := s.leases[i]
 		l.opMu.Lock()
@@ -271,7 +272,7 @@ func newSet(names []string, leases []*Lease, rev int64) *Set {
 	s := &Set{names: names, leases: leases, rev: rev}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for _, l := range leases {
-		context.AfterFunc(l.fin.ctx, func() { s.cancel(l.Err()) })
+		context.AfterFunc(l.fin.Context(), func() { s.cancel(l.Err()) })
 	}
 	return s
 }

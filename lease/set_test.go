@@ -535,7 +535,7 @@ func TestAcquireAllOptions(t *testing.T) {
 	gone := make([]<-chan time.Time, 2)
 	for i, l := range set.Leases() {
 		assert.Equal(t, "transfer 9001", l.Metadata(), l.Name())
-		st, err := c.Admin().Inspect(ctx, l.Name())
+		st, err := newAdmin(t, cli).Inspect(ctx, l.Name())
 		require.NoError(t, err)
 		require.NotNil(t, st.Holder)
 		assert.Equal(t, testDelay, st.Holder.LockDelay, l.Name())

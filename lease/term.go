@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/record"
 )
 
 // Term is one leadership of an Election: a fenced Lease with a public
@@ -54,7 +53,7 @@ func (t *Term) Value() string {
 	if p := t.l.value.Load(); p != nil {
 		payload = *p
 	}
-	_, v := decodePayload(payload)
+	_, v := record.DecodePayload(payload)
 	return v
 }
 
@@ -69,7 +68,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	return t.l.traced(ctx, opProclaim, func(ctx context.Context) error {
-		return t.l.change(ctx, opProclaim, encodePayload(t.since, value))
+		return t.l.change(ctx, opProclaim, record.EncodePayload(t.since, value))
 	})
 }
 
@@ -138,25 +137,4 @@ func validValue(v string) error {
 		return errors.New("lease: election value not UTF-8")
 	}
 	return nil
-}
-
-// encodePayload is an election record's payload: when its term began
-// (Unix milliseconds, 0 while unknown) and its public value.
-func encodePayload(since time.Time, value string) string {
-	ms := int64(0)
-	if !since.IsZero() {
-		ms = since.UnixMilli()
-	}
-	return strconv.FormatInt(ms, 10) + ":" + value
-}
-
-func decodePayload(p string) (since time.Time, value string) {
-	ms, value, ok := strings.Cut(p, ":")
-	if !ok {
-		return time.Time{}, ""
-	}
-	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n > 0 {
-		since = time.UnixMilli(n)
-	}
-	return since, value
 }

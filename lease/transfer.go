@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease/internal/record"
+	"github.com/fencekit/fencekit/lease/internal/resend"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -68,17 +68,17 @@ func (e *NotCandidateError) Is(target error) bool { return target == ErrNotCandi
 // etcd read. Records of other kinds (a read lock of the same name) are
 // left out too.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	resp, err := e.c.etcd.Get(ctx, lockDir(e.c.cfg.prefix, e.name), queueRecords()...)
+	resp, err := e.c.etcd.Get(ctx, record.Dir(e.c.cfg.prefix, e.name), record.QueueRecords()...)
 	if err != nil {
-		return nil, opErr("candidates", e.name, errors.Join(rpcError(err), ctx.Err()))
+		return nil, opErr("candidates", e.name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	var cs []Candidate
 	for i, kv := range resp.Kvs {
-		if k, ok := kindOf(string(kv.Key)); i == 0 || !ok || k != exclusive {
+		if k, ok := record.KindOf(string(kv.Key)); i == 0 || !ok || k != record.Exclusive {
 			continue
 		}
-		_, _, payload, _ := decodeRecord(kv.Value)
-		_, value := decodePayload(payload)
+		_, _, payload, _ := record.Decode(kv.Value)
+		_, value := record.DecodePayload(payload)
 		cs = append(cs, Candidate{Value: value, Term: fence.Token{Lock: e.name, Revision: kv.CreateRevision}})
 	}
 	return cs, nil
@@ -160,13 +160,13 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 	// End the term before anything that could admit the successor is
 	// sent: its holder stops before the successor can start.
 	if !l.c.recs.startRelease(l) {
-		return opErr(opTransfer.String(), l.name, context.Cause(l.fin.ctx))
+		return opErr(opTransfer.String(), l.name, context.Cause(l.fin.Context()))
 	}
 	l.end(ErrTransferred)
 	ended := time.Now()
 	err = l.sendTransfer(ctx, to, p)
 	if err == nil {
-		l.c.met.result(opTransfer, "done").Inc()
+		l.c.met.Result(opTransfer.String(), "done").Inc()
 		if l.c.log.Enabled(ctx, slog.LevelInfo) {
 			l.c.log.LogAttrs(ctx, slog.LevelInfo, "lease term transferred", append(l.attrs(),
 				slog.Int64("successor", to.Term.Revision), slog.Int("skipped", len(p.skipped)),
@@ -182,11 +182,11 @@ func (l *Lease) transfer(ctx context.Context, to Candidate) error {
 // when to is not waiting; when this lease's record is not its own any
 // more, the lease is lost.
 func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, error) {
-	q, members, err := l.c.readSuccessor(ctx, dirOf(l.key), to.Term.Revision)
+	q, members, err := l.c.readSuccessor(ctx, record.DirOf(l.key), to.Term.Revision)
 	if err != nil {
-		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(rpcError(err), ctx.Err()))
+		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
-	own := position(q, l.key, l.rev)
+	own := record.Position(q, l.key, l.rev)
 	var rec []*mvccpb.KeyValue
 	if own >= 0 {
 		rec = q[own : own+1]
@@ -198,10 +198,10 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 	}
 	l.confirm(st.count, st.payload, st.modRev)
 	l.pending = nil
-	if own != leaderIndex(q) {
+	if own != record.LeaderIndex(q) {
 		return transferPlan{}, opErr(opTransfer.String(), l.name, errors.New("a record no session keeps heads the queue"))
 	}
-	ti, skipped, reason := successor(q, own, to.Term.Revision, members)
+	ti, skipped, reason := record.Successor(q, own, to.Term.Revision, members, MaxTransferSkip)
 	if reason != "" {
 		return transferPlan{}, l.notCandidate(to, reason, false)
 	}
@@ -213,7 +213,7 @@ func (l *Lease) planTransfer(ctx context.Context, to Candidate) (transferPlan, e
 // created at rev: a set's records (AcquireAll) share their creation
 // revision, so a candidate's record is the only record among them.
 func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, members []*mvccpb.KeyValue, err error) {
-	ops := []clientv3.Op{clientv3.OpGet(dir, queueRecords()...)}
+	ops := []clientv3.Op{clientv3.OpGet(dir, record.QueueRecords()...)}
 	if rev > 0 {
 		ops = append(ops, clientv3.OpGet(c.cfg.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev)))
@@ -229,88 +229,6 @@ func (c *Client) readSuccessor(ctx context.Context, dir string, rev int64) (q, m
 	return q, members, nil
 }
 
-// leaderIndex returns the index in an election's queue q (in creation
-// order) of its head's record: 0, or 1 when a lock-delay marker sorts
-// ahead of the record it belongs to (they share a creation revision).
-func leaderIndex(q []*mvccpb.KeyValue) int {
-	if len(q) > 1 && q[0].CreateRevision == q[1].CreateRevision && isMarker(string(q[0].Key)) {
-		return 1
-	}
-	return 0
-}
-
-// successor judges, for Transfer and RequestTransfer alike, the candidate
-// whose term is rev in an election's queue q (in creation order), led by
-// the record at lead: it returns the index of the candidate's record and
-// the records a transfer passes over, or the reason why rev names no
-// waiting candidate that a transfer could admit. members is what
-// readSuccessor read at rev. A candidate is an exclusive record, kept by
-// a session, of no set, behind the leader, and at most MaxTransferSkip
-// candidates, and nothing else, queue between the two (the leader's and
-// the candidate's own lock-delay markers aside).
-func successor(q []*mvccpb.KeyValue, lead int, rev int64, members []*mvccpb.KeyValue) (int, []*mvccpb.KeyValue, string) {
-	ti := slices.IndexFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev && !isMarker(string(kv.Key)) })
-	switch {
-	case ti == lead:
-		return -1, nil, "it is the leader"
-	case ti < 0 && rev > 0 && slices.ContainsFunc(q, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev }):
-		return -1, nil, "a lock-delay marker whose record is gone: nobody waits there"
-	case ti < lead:
-		return -1, nil, "no such candidate waits"
-	}
-	if reason := whyNoCandidate(q[ti], members); reason != "" {
-		return -1, nil, reason
-	}
-	skipped, reason := passedOver(q, lead, ti)
-	if reason != "" {
-		return -1, nil, reason
-	}
-	return ti, skipped, ""
-}
-
-// passedOver returns the candidates that a transfer from the leader at
-// lead to the candidate at ti passes over, or why it cannot.
-func passedOver(q []*mvccpb.KeyValue, lead, ti int) ([]*mvccpb.KeyValue, string) {
-	var skipped []*mvccpb.KeyValue
-	for _, kv := range q[lead+1 : ti] {
-		if kv.CreateRevision == q[ti].CreateRevision || kv.CreateRevision == q[lead].CreateRevision {
-			continue // the candidate's or the leader's own marker
-		}
-		if k, ok := kindOf(string(kv.Key)); !ok || k != exclusive || kv.Lease == 0 {
-			return nil, fmt.Sprintf("the record %s, queued ahead of it, is no candidate's", kv.Key)
-		}
-		skipped = append(skipped, kv)
-	}
-	if len(skipped) > MaxTransferSkip {
-		return nil, fmt.Sprintf("%d candidates queue ahead of it, more than %d", len(skipped), MaxTransferSkip)
-	}
-	return skipped, ""
-}
-
-// whyNoCandidate returns why the record kv, which waits in an election's
-// queue, is no candidate's, or "" if it is one. members are the keys
-// created at its revision (see readSuccessor).
-func whyNoCandidate(kv *mvccpb.KeyValue, members []*mvccpb.KeyValue) string {
-	k, ok := kindOf(string(kv.Key))
-	switch {
-	case !ok:
-		return fmt.Sprintf("the record %s is no fencekit record", kv.Key)
-	case k != exclusive:
-		return fmt.Sprintf("a %s, not a candidate", k)
-	case kv.Lease == 0:
-		return "its record is kept by no session"
-	}
-	dir := dirOf(string(kv.Key))
-	for _, m := range members {
-		if key := string(m.Key); dirOf(key) != dir && !isMarker(key) {
-			if _, ok := kindOf(key); ok {
-				return "a member of a set (AcquireAll), not a candidate"
-			}
-		}
-	}
-	return ""
-}
-
 // txn is the plan's transaction: if the term's record is as read, to's
 // record and each skipped one still exist, delete the term's record and
 // the skipped ones, noting each skip.
@@ -323,13 +241,13 @@ func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
 	// The successor's Client hears of it through its session's watch of
 	// requests (see waiter.headed), sooner than by reading the queue.
 	ops := []clientv3.Op{clientv3.OpDelete(string(p.own.Key)),
-		clientv3.OpPut(askKey(c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), string(p.to.Key)+"\n"+admitNote,
+		clientv3.OpPut(record.AskKey(c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), string(p.to.Key)+"\n"+admitNote,
 			clientv3.WithLease(clientv3.LeaseID(p.to.Lease)))}
 	for _, kv := range p.skipped {
 		key := string(kv.Key)
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision))
 		ops = append(ops, clientv3.OpDelete(key),
-			clientv3.OpPut(skipKey(c.cfg.prefix, key, kv.CreateRevision), strconv.FormatInt(p.to.CreateRevision, 10),
+			clientv3.OpPut(record.SkipKey(c.cfg.prefix, key, kv.CreateRevision), strconv.FormatInt(p.to.CreateRevision, 10),
 				clientv3.WithLease(clientv3.LeaseID(kv.Lease))))
 	}
 	return c.etcd.Txn(ctx).If(cmps...).Then(ops...)
@@ -339,10 +257,10 @@ func (p transferPlan) txn(ctx context.Context, c *Client) clientv3.Txn {
 // outcome is unknown, and planning it again when a skipped record changed
 // under it. The term has ended; the record must go whatever happens.
 func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) error {
-	r := newResender(l.sess.ttl, &l.c.lat.change)
+	r := resend.New(l.sess.ttl, &l.c.lat.change)
 	unknownBefore := false
 	for attempt := 1; ; attempt++ {
-		d := r.deadline()
+		d := r.Deadline()
 		tctx, cancel := context.WithTimeout(ctx, d)
 		resp, err := p.txn(tctx, l.c).Commit()
 		cancel()
@@ -358,15 +276,15 @@ func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) 
 			}
 			p = next
 			continue
-		case errors.Is(rpcError(err), ErrPermissionDenied):
+		case errors.Is(record.RPCError(err), ErrPermissionDenied):
 			l.giveUpTerm(p)
-			return opErr(opTransfer.String(), l.name, rpcError(err))
+			return opErr(opTransfer.String(), l.name, record.RPCError(err))
 		}
 		unknownBefore = true
-		if !r.again(ctx, l.c) {
+		if !l.c.again(ctx, r) {
 			l.giveUpTerm(p)
-			l.c.met.result(opTransfer, "unknown").Inc()
-			return opErr(opTransfer.String(), l.name, unknown(ctx, rpcError(err)))
+			l.c.met.Result(opTransfer.String(), "unknown").Inc()
+			return opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))
 		}
 	}
 }
@@ -374,13 +292,13 @@ func (l *Lease) sendTransfer(ctx context.Context, to Candidate, p transferPlan) 
 // replan reads the queue after the transfer's compare failed, and returns
 // the plan to send next, or done and the transfer's result.
 func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknownBefore bool, attempt int) (transferPlan, bool, error) {
-	resp, err := l.c.etcd.Get(ctx, dirOf(l.key), queueRecords()...)
+	resp, err := l.c.etcd.Get(ctx, record.DirOf(l.key), record.QueueRecords()...)
 	if err != nil {
 		l.giveUpTerm(p)
-		return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, rpcError(err)))
+		return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, record.RPCError(err)))
 	}
 	q := resp.Kvs
-	own := position(q, l.key, l.rev)
+	own := record.Position(q, l.key, l.rev)
 	if own < 0 && unknownBefore {
 		// An earlier try, whose reply was lost, may have deleted the
 		// record, or something else did (its session ended): only that
@@ -389,8 +307,8 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 		switch {
 		case err != nil:
 			l.c.recs.forget(l, true)
-			l.c.met.result(opTransfer, "unknown").Inc()
-			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", rpcError(err))))
+			l.c.met.Result(opTransfer.String(), "unknown").Inc()
+			return p, true, opErr(opTransfer.String(), l.name, unknown(ctx, fmt.Errorf("the term's record went while a try's reply was lost: %w", record.RPCError(err))))
 		case applied:
 			l.c.recs.forget(l, true)
 			return p, true, nil
@@ -403,11 +321,11 @@ func (l *Lease) replan(ctx context.Context, to Candidate, p transferPlan, unknow
 			cause = ErrNotOwner
 		}
 		l.c.recs.forget(l, own < 0)
-		l.c.met.result(opTransfer, outcomeLabel(cause)).Inc()
+		l.c.met.Result(opTransfer.String(), outcomeLabel(cause)).Inc()
 		return p, true, opErr(opTransfer.String(), l.name, cause)
 	}
 	p.own = q[own]
-	ti, skipped, reason := successor(q, own, to.Term.Revision, nil)
+	ti, skipped, reason := record.Successor(q, own, to.Term.Revision, nil, MaxTransferSkip)
 	if reason == "" && attempt >= maxAttempts {
 		reason = "the queue kept changing"
 	}
@@ -439,7 +357,7 @@ func (l *Lease) transferApplied(ctx context.Context, p transferPlan) (bool, erro
 		if ev.Type != mvccpb.DELETE {
 			return false, nil // changed first, so no try compared true
 		}
-		note, err := l.c.etcd.Get(wctx, askKey(l.c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), clientv3.WithRev(ev.Kv.ModRevision))
+		note, err := l.c.etcd.Get(wctx, record.AskKey(l.c.cfg.prefix, string(p.to.Key), p.to.CreateRevision), clientv3.WithRev(ev.Kv.ModRevision))
 		if err != nil {
 			return false, err
 		}
@@ -457,20 +375,13 @@ func (l *Lease) giveUpTerm(p transferPlan) {
 }
 
 func (l *Lease) notCandidate(to Candidate, reason string, resigned bool) error {
-	l.c.met.result(opTransfer, "not_candidate").Inc()
+	l.c.met.Result(opTransfer.String(), "not_candidate").Inc()
 	return &NotCandidateError{Election: l.name, Revision: to.Term.Revision, Reason: reason, Resigned: resigned}
 }
 
 // admitNote ends the value of the note a transfer leaves its successor,
 // under the successor's requests (see Client.handleAsk).
 const admitNote = "admit"
-
-// skipKey is the note a transfer leaves for the candidate whose record
-// (recordKey, created at rev) it deleted to pass it over: under the
-// prefix, in the space of the empty lock name, which no lock can have.
-func skipKey(prefix, recordKey string, rev int64) string {
-	return prefix + "/skipped/" + recordKey[strings.LastIndexByte(recordKey, '/')+1:] + "@" + strconv.FormatInt(rev, 10)
-}
 
 // errSkipped reports that a transfer passed the acquisition over: its
 // record was deleted by a Transfer to a candidate behind it, and it queues
@@ -484,16 +395,16 @@ func (m *member) skipped(ctx context.Context) bool {
 	w.mu.Lock()
 	rev := w.myRev
 	w.mu.Unlock()
-	if rev == 0 || w.kind != exclusive {
+	if rev == 0 || w.kind != record.Exclusive {
 		return false
 	}
 	// One request: the note is there, and then deleted, or not.
-	key := skipKey(c.cfg.prefix, w.key, rev)
+	key := record.SkipKey(c.cfg.prefix, w.key, rev)
 	resp, err := c.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
 		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
 		// Unknown: a note left undeleted goes with its session.
-		c.log.Debug("lease transfer note not read", logattr.Lock(dirName(w.key)), slog.String("error", err.Error()))
+		c.log.Debug("lease transfer note not read", logattr.Lock(record.DirName(w.key)), slog.String("error", err.Error()))
 		return false
 	}
 	return resp.Succeeded
@@ -501,7 +412,7 @@ func (m *member) skipped(ctx context.Context) bool {
 
 // RequestTransfer asks the leader whose term is term to hand it to the
 // waiting candidate to, from any process: the cooperative, cross-process
-// form of Term.Transfer, as Admin.RequestRelease is of Release. The
+// form of Term.Transfer, as admin.Admin.RequestRelease is of Release. The
 // request is written only if term still leads and to still waits, in one
 // transaction comparing both records' creation revisions; otherwise it
 // writes nothing and returns a *NotHolderError (term does not lead) or a
@@ -526,13 +437,13 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: fmt.Sprintf("a term of election %q", to.Term.Lock)}
 	}
 	for range maxAttempts {
-		q, members, err := e.c.readSuccessor(ctx, lockDir(e.c.cfg.prefix, e.name), to.Term.Revision)
+		q, members, err := e.c.readSuccessor(ctx, record.Dir(e.c.cfg.prefix, e.name), to.Term.Revision)
 		if err != nil {
-			return opErr("request transfer", e.name, errors.Join(rpcError(err), ctx.Err()))
+			return opErr("request transfer", e.name, errors.Join(record.RPCError(err), ctx.Err()))
 		}
-		lead := leaderIndex(q)
+		lead := record.LeaderIndex(q)
 		switch {
-		case len(q) == 0, isMarker(string(q[lead].Key)):
+		case len(q) == 0, record.IsMarker(string(q[lead].Key)):
 			// Nobody leads: the queue is empty, or waits out a lock-delay.
 			return &NotHolderError{Lock: e.name, Revision: term}
 		case q[lead].CreateRevision != term:
@@ -540,12 +451,12 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		case q[lead].Lease == 0:
 			return opErr("request transfer", e.name, errors.New("the leader's record is kept by no session, so no Client can hear the request"))
 		}
-		ti, _, reason := successor(q, lead, to.Term.Revision, members)
+		ti, _, reason := record.Successor(q, lead, to.Term.Revision, members, MaxTransferSkip)
 		if reason != "" {
 			return &NotCandidateError{Election: e.name, Revision: to.Term.Revision, Reason: reason}
 		}
 		head := string(q[lead].Key)
-		put := clientv3.OpPut(askKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
+		put := clientv3.OpPut(record.AskKey(e.c.cfg.prefix, head, term), head+"\n"+strconv.FormatInt(to.Term.Revision, 10),
 			clientv3.WithLease(clientv3.LeaseID(q[lead].Lease)))
 		tr, err := e.c.etcd.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(head), "=", term),
@@ -553,7 +464,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 		).Then(put).Commit()
 		switch {
 		case err != nil:
-			return opErr("request transfer", e.name, unknown(ctx, rpcError(err)))
+			return opErr("request transfer", e.name, unknown(ctx, record.RPCError(err)))
 		case tr.Succeeded:
 			e.c.log.Info("lease transfer requested", logattr.Lock(e.name), logattr.Fence(term), slog.Int64("successor", to.Term.Revision))
 			return nil
@@ -564,7 +475,7 @@ func (e *Election) RequestTransfer(ctx context.Context, term int64, to Candidate
 }
 
 // ReleaseRequested is closed when someone asked this term's leader to
-// resign (Admin.RequestRelease) or to transfer the term
+// resign (admin.Admin.RequestRelease) or to transfer the term
 // (Election.RequestTransfer; see TransferRequested). It stays open
 // otherwise, also after the term ends.
 func (t *Term) ReleaseRequested() <-chan struct{} { return t.l.ReleaseRequested() }
@@ -586,7 +497,7 @@ func (t *Term) TransferRequested() (to Candidate, ok bool) {
 // named and still waits, and otherwise cancels fn's context with
 // ErrReleaseRequested, after which run releases l.
 func (l *Lease) honourAsk(ctx context.Context, cancel context.CancelCauseFunc) {
-	if to := l.asked.to.Load(); to != 0 && l.kind == exclusive {
+	if to := l.asked.to.Load(); to != 0 && l.kind == record.Exclusive {
 		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), l.sess.ttl)
 		err := l.transfer(tctx, Candidate{Term: fence.Token{Lock: l.name, Revision: to}})
 		tcancel()

@@ -10,7 +10,7 @@ func TestHeadedAdmitsWithoutARead(t *testing.T) {
 	const dir = "headed/"
 	newWaiter := func() *waiter {
 		w := &waiter{key: dir + "c", dir: dir, owner: "tok", wakec: make(chan struct{}, 1)}
-		w.fin.init()
+		w.fin.Init()
 		w.setMyRev(30)
 		return w
 	}

@@ -465,7 +465,7 @@ func TestRequestTransferRefusesNonCandidates(t *testing.T) {
 		waiting <- err
 	}()
 	waitRecords(t, direct, name, 5) // its record and its marker
-	st, err := op.Admin().Inspect(ctx, name)
+	st, err := newAdmin(t, direct).Inspect(ctx, name)
 	require.NoError(t, err)
 	require.Len(t, st.Waiters, 3)
 	setMember, reader, delayedRec := st.Waiters[0], st.Waiters[1], st.Waiters[2]
@@ -582,7 +582,7 @@ func TestTransferLinkCutAsTermEnds(t *testing.T) {
 			cands, err := e.Candidates(ctx)
 			require.NoError(t, err)
 			require.Len(t, cands, 2)
-			st, err := newClient(t, direct).Admin().Inspect(ctx, name)
+			st, err := newAdmin(t, direct).Inspect(ctx, name)
 			require.NoError(t, err)
 			require.Equal(t, term.Fence(), st.Holder.Fence)
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -53,7 +54,7 @@ func NewVerifier(cli *clientv3.Client, prefix string) (*Verifier, error) {
 	if cli == nil {
 		return nil, errors.New("lease: nil etcd client")
 	}
-	prefix, err := keyPrefix(prefix)
+	prefix, err := record.Prefix(prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +103,8 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 	if err := ValidateName(t.Lock); err != nil {
 		return "", 0, unverified(t, "no lock has this name", err)
 	}
-	dir := lockDir(v.prefix, t.Lock)
-	resp, err := v.etcd.Get(ctx, dir, headRecord()...)
+	dir := record.Dir(v.prefix, t.Lock)
+	resp, err := v.etcd.Get(ctx, dir, record.HeadRecord()...)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = errors.Join(cerr, err)
@@ -117,7 +118,7 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 		return "", 0, unverified(t, "the lock has no holder", nil)
 	}
 	// A lock-delay marker never holds: the head is its record, if any.
-	head, err := resolveHead(ctx, v.etcd, resp.Kvs[0])
+	head, err := record.ResolveHead(ctx, v.etcd, resp.Kvs[0])
 	switch {
 	case err != nil:
 		return "", 0, fmt.Errorf("lease: verify token: read queue: %w", errors.Join(err, ctx.Err()))
@@ -127,10 +128,10 @@ func (v *Verifier) check(ctx context.Context, t fence.Token) (key string, cluste
 	if head.CreateRevision != t.Revision {
 		return "", 0, unverified(t, "not the revision of the lock's current holder", nil)
 	}
-	if _, _, ok := decodeValue(head.Value); !ok || dirOf(string(head.Key)) != dir {
+	if _, _, ok := record.DecodeValue(head.Value); !ok || record.DirOf(string(head.Key)) != dir {
 		return "", 0, unverified(t, "the record at that revision is not a lock record", nil)
 	}
-	if k, _ := kindOf(string(head.Key)); k != exclusive {
+	if k, _ := record.KindOf(string(head.Key)); k != record.Exclusive {
 		// A semaphore permit or a read lock: held alongside others, so its
 		// revision is no fencing token.
 		return "", 0, unverified(t, "the record at that revision is a "+k.String()+", which has no fencing token", nil)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencekit/fencekit/lease/internal/lifetime"
+	"github.com/fencekit/fencekit/lease/internal/lockorder"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,18 +36,18 @@ import (
 // question: a delete counts only if it came after that record was created.
 type waiter struct {
 	key, dir, owner string
-	kind            recordKind
+	kind            record.Kind
 	tok             owner.Token
 	sess            *session
 	own             *keyWatch     // covers key; set by records.subscribe
 	block           *keyWatch     // covers the last blocker (a semaphore's: dir); guarded by records.mu
 	wakec           chan struct{} // admitted, or something to look at
-	fin             endOnce       // ends when the waiter's own record went
+	fin             lifetime.End  // ends when the waiter's own record went
 	rec             *entry        // the table's entry of its record, which its Lease takes over
 	position        int           // records that blocked it when it queued
 	queued          time.Time     // when the acquisition started
 
-	mu       waiterMutex
+	mu       lockorder.WaiterMutex
 	myRev    int64            // creation revision of the waiter's record; 0 until known
 	ownDel   int64            // latest delete of the waiter's key seen before myRev was known
 	blockers map[string]int64 // records ahead that block it: key -> creation revision; nil while reading
@@ -168,7 +171,7 @@ func (w *waiter) confirm(kvs []*mvccpb.KeyValue) {
 
 // ownedBy reports whether a record's value carries the owner token tok.
 func ownedBy(val []byte, tok string) bool {
-	got, _, ok := decodeValue(val)
+	got, _, ok := record.DecodeValue(val)
 	return ok && got == tok
 }
 
@@ -191,12 +194,12 @@ func (w *waiter) wake() {
 }
 
 func (w *waiter) fail(err error) {
-	w.fin.end(err)
+	w.fin.End(err)
 }
 
 // failure returns why the waiter failed, or nil.
 func (w *waiter) failure() error {
-	return w.fin.err()
+	return w.fin.Err()
 }
 
 // reading starts a queue read: deletes are remembered until setBlockers.
@@ -230,7 +233,7 @@ func (w *waiter) setBlockers(blockers map[string]int64, need int, at int64) bool
 func (w *waiter) target() (key string, prefix bool, at int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.kind.limit > 0 {
+	if w.kind.Limit > 0 {
 		return w.dir, true, w.readAt
 	}
 	var last int64
@@ -298,11 +301,11 @@ func (m *member) pause(ctx context.Context, err error) error {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return errNoSession
 	}
-	if code, ok := errCode(err); ok {
+	if code, ok := record.ErrCode(err); ok {
 		switch code {
 		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition,
 			codes.ResourceExhausted, codes.OutOfRange:
-			return rpcError(err)
+			return record.RPCError(err)
 		}
 	}
 	t := time.NewTimer(25 * time.Millisecond)
@@ -321,13 +324,13 @@ func (m *member) wait(ctx context.Context, ch <-chan struct{}, tick <-chan time.
 		return false, nil
 	case <-tick:
 		return true, nil
-	case <-w.fin.done():
+	case <-w.fin.Done():
 		return false, w.failure()
-	case <-w.sess.fin.done():
+	case <-w.sess.fin.Done():
 		return false, w.sess.cause()
 	case <-ctx.Done():
 		return false, context.Cause(ctx)
-	case <-c.bg.ctx.Done():
+	case <-c.bg.Context().Done():
 		return false, ErrClosed
 	}
 }

@@ -62,7 +62,7 @@
 //
 // A member whose assignment gains a shard queues for the shard's lock
 // (lease.Client.Acquire with its name as metadata) and, once its record
-// waits in the queue, asks the holder to let go (lease.Client.RequestRelease).
+// waits in the queue, asks the holder to let go (admin.Admin.RequestRelease).
 // The holder lets go when its own assignment also moves the shard away
 // and it has been asked (or nobody is assigned the shard, or WithHandoff
 // passed without a successor asking): it cancels the shard's context

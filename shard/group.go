@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,6 +17,7 @@ import (
 // is safe for concurrent use; it holds nothing itself.
 type Group struct {
 	locks   *lease.Client
+	ops     *admin.Admin // the operator's tools over locks' prefix: reads and release requests
 	etcd    *clientv3.Client
 	name    string
 	shards  []string
@@ -53,7 +55,11 @@ func NewGroup(locks *lease.Client, cli *clientv3.Client, name string, shards Sha
 			return nil, err
 		}
 	}
-	g := &Group{locks: locks, etcd: cli, name: name, shards: shards.names, counted: shards.counted, cfg: cfg,
+	ops, err := admin.New(cli, locks.Prefix(), admin.WithLogger(cfg.log))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	g := &Group{locks: locks, ops: ops, etcd: cli, name: name, shards: shards.names, counted: shards.counted, cfg: cfg,
 		index: make(map[string]int, len(shards.names))}
 	h := sha256.New()
 	for i, s := range g.shards {
@@ -214,7 +220,7 @@ type Status struct {
 }
 
 // Status reads the group's state: one read of its members, one of its
-// assignment, and one lease.Client.InspectAll of the lock prefix (which
+// assignment, and one admin.Admin.InspectAll of the lock prefix (which
 // reads every lock there and the TTLs of their sessions). It is for
 // operators and tools (fencekit shards), not for a member's decisions.
 func (g *Group) Status(ctx context.Context) (*Status, error) {
@@ -233,11 +239,11 @@ func (g *Group) Status(ctx context.Context) (*Status, error) {
 			return nil, err
 		}
 	}
-	locks, err := g.locks.Admin().InspectAll(ctx)
+	locks, err := g.ops.InspectAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("shard: group %q: %w", g.name, err)
 	}
-	byLock := make(map[string]lease.LockState, len(locks))
+	byLock := make(map[string]admin.LockState, len(locks))
 	for _, l := range locks {
 		byLock[l.Name] = l
 	}

@@ -194,7 +194,7 @@ type asking struct {
 // 10 ms apart that do not show it, it asks anyway: the lock is then free
 // for the record when it lands), and returns when to look again: a new
 // holder is asked again. The holder releases only if its own view of the
-// assignment gives the shard away too. An ask costs a lease.Client.Inspect
+// assignment gives the shard away too. An ask costs a admin.Admin.Inspect
 // (one read, plus one per session in the queue) and a RequestRelease (a
 // read and a transaction).
 func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
@@ -205,7 +205,7 @@ func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
 		return time.Second
 	}
 	lock := w.m.g.lock(w.i)
-	st, err := w.m.g.locks.Admin().Inspect(ctx, lock)
+	st, err := w.m.g.ops.Inspect(ctx, lock)
 	if err != nil || st.Holder == nil {
 		return 250 * time.Millisecond
 	}
@@ -218,7 +218,7 @@ func (w *worker) ask(ctx context.Context, a *asking) time.Duration {
 		return 10 * time.Millisecond
 	}
 	if rev := st.Holder.Fence.Revision; rev != a.asked {
-		err := w.m.g.locks.Admin().RequestRelease(ctx, lock, rev)
+		err := w.m.g.ops.RequestRelease(ctx, lock, rev)
 		if err == nil {
 			a.asked = rev
 		}

@@ -79,11 +79,11 @@ func TestExitCodes(t *testing.T) {
 			}
 		})
 	}
-	st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), "held")
+	st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "held")
 	require.NoError(t, err)
 	assert.Equal(t, held.Fence(), st.Holder.Fence, "nothing touched the held lock")
 	assert.Empty(t, st.Waiters)
-	all, err := locks.Admin().InspectAll(ctxT(t, 5*time.Second))
+	all, err := newOps(t, cl).InspectAll(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Len(t, all, 1, "no record left behind")
 }
@@ -132,10 +132,10 @@ func TestStatusJSON(t *testing.T) {
 		got <- w
 	}()
 	require.Eventually(t, func() bool {
-		st, err := a.Admin().Inspect(ctx, "reports")
+		st, err := newOps(t, cl).Inspect(ctx, "reports")
 		return err == nil && len(st.Waiters) == 1
 	}, 10*time.Second, 10*time.Millisecond)
-	want, err := a.Admin().Inspect(ctx, "reports")
+	want, err := newOps(t, cl).Inspect(ctx, "reports")
 	require.NoError(t, err)
 
 	code, out, errOut := fk(t, env, "status", "--json", "reports", "idle")
@@ -197,7 +197,6 @@ func TestStatusJSON(t *testing.T) {
 func TestReleaseFence(t *testing.T) {
 	cl := etcdtest.Start(t)
 	env := endpointsEnv(cl)
-	locks := newLocks(t, cl)
 	out := filepath.Join(t.TempDir(), "out")
 	p := start(t, append(env, childEnv("loop", out)...), "run", "migrate", "--", testExe(t))
 	ev := waitEvent(t, out, "start", 20*time.Second)
@@ -206,7 +205,7 @@ func TestReleaseFence(t *testing.T) {
 	code, _, errOut := fk(t, env, "release", "--fence", rev+"1", "migrate")
 	assert.Equal(t, ExitRefused, code)
 	requireOneLine(t, errOut, "is held by fence "+rev)
-	st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), "migrate")
+	st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "migrate")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	assert.Equal(t, rev, strconv.FormatInt(st.Holder.Fence.Revision, 10))
@@ -229,7 +228,7 @@ func TestTTLBelowServerMinimum(t *testing.T) {
 	code, _, errOut := fk(t, endpointsEnv(cl), "run", "--ttl", "1s", "x", "--", "true")
 	assert.Equal(t, ExitUsage, code, errOut)
 	requireOneLine(t, errOut, "--ttl 1s is below this etcd's minimum lease TTL")
-	all, err := newLocks(t, cl).Admin().InspectAll(ctxT(t, 5*time.Second))
+	all, err := newOps(t, cl).InspectAll(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Empty(t, all, "nothing left behind")
 }

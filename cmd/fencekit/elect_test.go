@@ -49,7 +49,7 @@ func TestElectLeader(t *testing.T) {
 	assert.Equal(t, ExitRefused, code, errOut)
 	assert.Empty(t, stdout)
 	requireOneLine(t, errOut, `election "scheduler" has no leader`)
-	all, err := newLocks(t, cl).Admin().InspectAll(ctxT(t, 5*time.Second))
+	all, err := newOps(t, cl).InspectAll(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Empty(t, all, "resigned: nothing left behind")
 }
@@ -72,7 +72,7 @@ func TestObserveFailover(t *testing.T) {
 			"elect", "--ttl", "2s", "--progress", "0", "failover", "c"+strconv.Itoa(i), "--", testExe(t)))
 		// Campaign order is queue order: wait for this one's record.
 		require.Eventually(t, func() bool {
-			st, err := newLocks(t, cl).Admin().Inspect(ctxT(t, 5*time.Second), "failover")
+			st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "failover")
 			return err == nil && st.Holder != nil && len(st.Waiters) == i
 		}, 20*time.Second, 20*time.Millisecond)
 	}
@@ -131,7 +131,7 @@ func TestElectLost(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	p := start(t, append(endpointsEnv(cl), childEnv("loop", out)...), "elect", "--ttl", "2s", "sched", "--", testExe(t))
 	waitEvent(t, out, "start", 20*time.Second)
-	st, err := newLocks(t, cl).Admin().Inspect(ctxT(t, 5*time.Second), "sched")
+	st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "sched")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	_, err = etcdtest.Client(t, cl).Delete(ctxT(t, 5*time.Second), st.Holder.Key)
@@ -178,7 +178,7 @@ func TestElectUsage(t *testing.T) {
 			}
 		})
 	}
-	all, err := newLocks(t, cl).Admin().InspectAll(ctxT(t, 5*time.Second))
+	all, err := newOps(t, cl).InspectAll(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Empty(t, all, "nothing written")
 }
@@ -257,9 +257,8 @@ func TestTransferElect(t *testing.T) {
 // waitQueue waits until n records queue for the election name.
 func waitQueue(t *testing.T, cl *etcdtest.Cluster, name string, n int) {
 	t.Helper()
-	locks := newLocks(t, cl)
 	require.Eventually(t, func() bool {
-		st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), name)
+		st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), name)
 		return err == nil && st.Holder != nil && len(st.Waiters)+1 == n
 	}, 20*time.Second, 10*time.Millisecond)
 }
@@ -296,7 +295,7 @@ func TestTransferToReaderRefused(t *testing.T) {
 	waitQueue(t, cl, "sched", 2)
 	b, outB := elect("pod-b")
 	waitQueue(t, cl, "sched", 3)
-	st, err := newLocks(t, cl).Admin().Inspect(ctxT(t, 5*time.Second), "sched")
+	st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "sched")
 	require.NoError(t, err)
 	reader := st.Waiters[0]
 	require.Equal(t, "read", reader.Kind)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/internal/testsupport/testkit"
+	"github.com/fencekit/fencekit/lease/admin"
 
 	"github.com/fencekit/fencekit/internal/testsupport/etcdtest"
 	"github.com/fencekit/fencekit/lease"
@@ -322,6 +323,14 @@ func newLocks(t *testing.T, cl *etcdtest.Cluster, opts ...lease.Option) *lease.C
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// newOps returns the operator's tools over the default prefix of cl.
+func newOps(t *testing.T, cl *etcdtest.Cluster) *admin.Admin {
+	t.Helper()
+	ops, err := admin.New(etcdtest.Client(t, cl), lease.DefaultPrefix)
+	require.NoError(t, err)
+	return ops
 }
 
 // oneLine asserts that s is exactly one line mentioning want.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 )
 
 const releaseHelp = `Break-glass: delete the record of the acquisition of LOCK whose fencing
@@ -21,7 +22,7 @@ or partitioned keeps running until it notices: only fencing at the
 resource stops its writes.
 
 With --ask, delete nothing: ask the holder to release instead
-(lease.Admin.RequestRelease). A "fencekit run" holding the lock sends its
+(admin.Admin.RequestRelease). A "fencekit run" holding the lock sends its
 command SIGTERM and releases the lock when the command exits; a program
 using lease.Client.Do sees its context cancelled with
 lease.ErrReleaseRequested; a holder that ignores the request keeps the
@@ -58,14 +59,14 @@ func cmdRelease(args []string, e *Env) int {
 		return fail(e, "release", ExitConn, err)
 	}
 	defer cli.Close()
-	admin, err := lease.NewAdmin(cli, conn.prefix)
+	ops, err := admin.New(cli, conn.prefix)
 	if err != nil {
 		return fail(e, "release", ExitUsage, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
 	defer cancel()
 	if *ask {
-		err := admin.RequestRelease(ctx, name, *rev)
+		err := ops.RequestRelease(ctx, name, *rev)
 		if code, done := refused(err, name, *rev, "nothing asked", e); done {
 			return code
 		}
@@ -73,7 +74,7 @@ func cmdRelease(args []string, e *Env) int {
 			time.Now().UTC().Format(time.RFC3339), name, *rev)
 		return ExitOK
 	}
-	r, err := admin.ForceRelease(ctx, name, *rev)
+	r, err := ops.ForceRelease(ctx, name, *rev)
 	if code, done := refused(err, name, *rev, "nothing deleted", e); done {
 		return code
 	}

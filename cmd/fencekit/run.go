@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 	"github.com/fencekit/fencekit/owner"
 )
 
@@ -53,7 +54,7 @@ Linux, processes that left the process group. Then the lease is
 released and the result checked.
 
 When someone asks the holder to let go ("fencekit release --ask --fence
-N LOCK", lease.Admin.RequestRelease), the command's process group gets
+N LOCK", admin.Admin.RequestRelease), the command's process group gets
 SIGTERM, and the lock is released once the command exits; the exit code
 stays the command's. --max-hold D ends the lease after D even while its
 renewals succeed (the command is killed as on any loss, exit 79, and the
@@ -95,6 +96,7 @@ type runFlags struct {
 	conn       connFlags
 	permits    int           // -n: a semaphore of this many permits; 0 for a lock
 	locks      *lease.Client // set once connected
+	ops        *admin.Admin  // the operator's tools over locks' prefix, set with locks
 	wait       time.Duration
 	try        bool
 	grace      time.Duration
@@ -273,6 +275,12 @@ func (f *runFlags) start(e *Env) (sigc <-chan os.Signal, locks *lease.Client, do
 		return nil, nil, nil, fail(e, f.cmd, ExitUsage, err)
 	}
 	f.locks = locks
+	if f.ops, err = admin.New(cli, locks.Prefix()); err != nil {
+		locks.Close()
+		cli.Close()
+		signal.Stop(ch)
+		return nil, nil, nil, fail(e, f.cmd, ExitUsage, err)
+	}
 	return ch, locks, func() {
 		locks.Close()
 		cli.Close()
@@ -483,7 +491,7 @@ var (
 func (f *runFlags) note(lock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	st, err := f.locks.Admin().Inspect(ctx, lock)
+	st, err := f.ops.Inspect(ctx, lock)
 	switch {
 	case err == nil && st.Holder == nil && !st.DelayedUntil.IsZero():
 		return fmt.Sprintf(" (a holder vanished without releasing: lock-delay until ~%s)", st.DelayedUntil.UTC().Format(time.RFC3339))
@@ -498,7 +506,7 @@ func (f *runFlags) note(lock string) string {
 }
 
 // holders counts the records of st that hold it.
-func holders(st *lease.LockState) int {
+func holders(st *admin.LockState) int {
 	n := 0
 	if st.Holder != nil {
 		n++
@@ -516,13 +524,13 @@ func holders(st *lease.LockState) int {
 func (f *runFlags) queueNote(lock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), f.conn.commandTimeout)
 	defer cancel()
-	st, err := f.locks.Admin().Inspect(ctx, lock)
+	st, err := f.ops.Inspect(ctx, lock)
 	if err != nil {
 		return fmt.Sprintf(" (queue unknown: %s)", oneLine(err.Error()))
 	}
 	recs := st.Waiters
 	if st.Holder != nil {
-		recs = append([]lease.Record{*st.Holder}, recs...)
+		recs = append([]admin.Record{*st.Holder}, recs...)
 	}
 	nheld := holders(st)
 	me := owner.ProcessStart().UnixMilli()

@@ -131,7 +131,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	require.NoError(t, err)
 	p := start(t, endpointsEnv(cl), "run", "--progress", "100ms", "busy", "--", "true")
 	require.Eventually(t, func() bool {
-		st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), "busy")
+		st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "busy")
 		return err == nil && len(st.Waiters) == 1
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
@@ -140,7 +140,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	assert.Equal(t, 130, p.wait(t, 10*time.Second))
 	assert.Contains(t, p.stderr.String(), "not acquired")
-	st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), "busy")
+	st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "busy")
 	require.NoError(t, err)
 	assert.Empty(t, st.Waiters)
 	require.NoError(t, l.Release(ctxT(t, 5*time.Second)))

@@ -76,7 +76,7 @@ func TestRunSemaphore(t *testing.T) {
 		most = max(most, now)
 	}
 	assert.Equal(t, 2, most, "at most two at once, and two did run together: %v", spans)
-	all, err := newLocks(t, cl).Admin().InspectAll(ctxT(t, 5*time.Second))
+	all, err := newOps(t, cl).InspectAll(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Empty(t, all, "nothing left behind")
 }
@@ -119,7 +119,7 @@ func TestRunSemaphoreRefusals(t *testing.T) {
 	assert.NoError(t, l.Err())
 	assert.NoError(t, p.Err())
 	for _, name := range []string{"exclusive", "pool"} {
-		st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), name)
+		st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), name)
 		require.NoError(t, err)
 		assert.NotNil(t, st.Holder, name)
 		assert.Empty(t, st.Waiters, "%s: no waiter left behind", name)
@@ -130,11 +130,10 @@ func TestRunSemaphoreRefusals(t *testing.T) {
 // command (SIGTERM) and run exits 79, saying the permit was lost.
 func TestRunSemaphoreLost(t *testing.T) {
 	cl := etcdtest.Start(t)
-	locks := newLocks(t, cl)
 	out := filepath.Join(t.TempDir(), "out")
 	p := start(t, append(endpointsEnv(cl), childEnv("loop", out)...), "run", "-n", "3", "--ttl", "2s", "pool", "--", testExe(t))
 	waitEvent(t, out, "start", 20*time.Second)
-	st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), "pool")
+	st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "pool")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder)
 	_, err = etcdtest.Client(t, cl).Delete(ctxT(t, 5*time.Second), st.Holder.Key)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 )
 
 const statusHelp = `Show each lock's holder and its waiters in the order they will be served.
@@ -77,7 +78,7 @@ type lsJSON struct {
 	Waiters      int     `json:"waiters"`
 }
 
-func toRecordJSON(r lease.Record) recordJSON {
+func toRecordJSON(r admin.Record) recordJSON {
 	return recordJSON{
 		Fence:        r.Fence.Revision,
 		FencingToken: r.Fence.String(),
@@ -95,7 +96,7 @@ func toRecordJSON(r lease.Record) recordJSON {
 	}
 }
 
-func toLockJSON(st lease.LockState) lockJSON {
+func toLockJSON(st admin.LockState) lockJSON {
 	out := lockJSON{Lock: st.Name, Revision: st.Revision, Waiters: []recordJSON{}}
 	if !st.DelayedUntil.IsZero() {
 		out.DelayedUntil = &st.DelayedUntil
@@ -192,28 +193,28 @@ func cmdLs(args []string, e *Env) int {
 
 // inspect reads the named locks (all when names is empty). It returns the
 // states and -1, or on failure the exit code.
-func inspect(conn *connFlags, names []string, e *Env, cmd string) ([]lease.LockState, int) {
+func inspect(conn *connFlags, names []string, e *Env, cmd string) ([]admin.LockState, int) {
 	cli, err := conn.connect(e)
 	if err != nil {
 		return nil, fail(e, cmd, ExitConn, err)
 	}
 	defer cli.Close()
-	admin, err := lease.NewAdmin(cli, conn.prefix)
+	ops, err := admin.New(cli, conn.prefix)
 	if err != nil {
 		return nil, fail(e, cmd, ExitUsage, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), conn.commandTimeout)
 	defer cancel()
 	if len(names) == 0 {
-		states, err := admin.InspectAll(ctx)
+		states, err := ops.InspectAll(ctx)
 		if err != nil {
 			return nil, fail(e, cmd, exitCode(err), err)
 		}
 		return states, -1
 	}
-	states := make([]lease.LockState, 0, len(names))
+	states := make([]admin.LockState, 0, len(names))
 	for _, n := range names {
-		st, err := admin.Inspect(ctx, n)
+		st, err := ops.Inspect(ctx, n)
 		if err != nil {
 			return nil, fail(e, cmd, exitCode(err), err)
 		}
@@ -238,7 +239,7 @@ func ttlText(d time.Duration) string {
 	return d.String()
 }
 
-func writeStatus(w io.Writer, states []lease.LockState) {
+func writeStatus(w io.Writer, states []admin.LockState) {
 	if len(states) == 0 {
 		fmt.Fprintln(w, "no lock is held or waited for")
 		return
@@ -254,7 +255,7 @@ func writeStatus(w io.Writer, states []lease.LockState) {
 		case st.Holder == nil:
 			fmt.Fprintf(tw, "%s\tfree\t-\t-\t-\t-\t-\t-\t-\n", st.Name)
 		}
-		row := func(role string, r lease.Record) {
+		row := func(role string, r admin.Record) {
 			since := "-"
 			if !r.Since.IsZero() {
 				since = r.Since.UTC().Format(time.RFC3339)

@@ -32,7 +32,7 @@ func TestVerify(t *testing.T) {
 	}()
 	var waiter int64
 	require.Eventually(t, func() bool {
-		st, err := locks.Admin().Inspect(ctxT(t, 5*time.Second), "ledger")
+		st, err := newOps(t, cl).Inspect(ctxT(t, 5*time.Second), "ledger")
 		if err != nil || len(st.Waiters) != 1 {
 			return false
 		}

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,12 +29,12 @@ func watchStatus(conn *connFlags, names []string, asJSON bool, e *Env) int {
 		return fail(e, "status", ExitConn, err)
 	}
 	defer cli.Close()
-	admin, err := lease.NewAdmin(cli, conn.prefix)
+	ops, err := admin.New(cli, conn.prefix)
 	if err != nil {
 		return fail(e, "status", ExitUsage, err)
 	}
 	f, _ := e.Stdout.(*os.File)
-	w := &statusWatch{conn: conn, cli: cli, admin: admin, names: names, asJSON: asJSON, tty: f != nil && isTerminal(f), e: e}
+	w := &statusWatch{conn: conn, cli: cli, ops: ops, names: names, asJSON: asJSON, tty: f != nil && isTerminal(f), e: e}
 	if code := w.draw(ctx); code >= 0 {
 		return code
 	}
@@ -56,7 +56,7 @@ func watchStatus(conn *connFlags, names []string, asJSON bool, e *Env) int {
 type statusWatch struct {
 	conn   *connFlags
 	cli    *clientv3.Client
-	admin  *lease.Admin
+	ops    *admin.Admin
 	names  []string
 	asJSON bool
 	tty    bool
@@ -132,9 +132,9 @@ func (w *statusWatch) draw(ctx context.Context) int {
 }
 
 // read returns the states of the watched locks and the revision read.
-func (w *statusWatch) read(ctx context.Context) ([]lease.LockState, int64, error) {
+func (w *statusWatch) read(ctx context.Context) ([]admin.LockState, int64, error) {
 	if len(w.names) == 0 {
-		states, err := w.admin.InspectAll(ctx)
+		states, err := w.ops.InspectAll(ctx)
 		var rev int64
 		for _, st := range states {
 			rev = max(rev, st.Revision)
@@ -145,9 +145,9 @@ func (w *statusWatch) read(ctx context.Context) ([]lease.LockState, int64, error
 		return states, rev, err
 	}
 	var rev int64
-	states := make([]lease.LockState, 0, len(w.names))
+	states := make([]admin.LockState, 0, len(w.names))
 	for _, n := range w.names {
-		st, err := w.admin.Inspect(ctx, n)
+		st, err := w.ops.Inspect(ctx, n)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -1,8 +1,8 @@
 //go:build !fencekit_lockcheck
 
-package lease
+package lockorder
 
 // acquiring and released check the lock order only in builds with the
-// fencekit_lockcheck tag (see lockcheck.go).
+// fencekit_lockcheck tag (see check.go).
 func acquiring(lockRank) {}
 func released(lockRank)  {}

@@ -1,4 +1,4 @@
-package lease
+package admin
 
 import (
 	"cmp"
@@ -13,9 +13,10 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/logattr"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/internal/record"
 	"github.com/fencekit/fencekit/owner"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,7 +38,7 @@ type LockState struct {
 	// Revision is the etcd revision the snapshot was read at.
 	Revision int64
 	// DelayedUntil is, while the lock waits out a lock-delay (see
-	// WithLockDelay) after a holder vanished without releasing, about when
+	// lease.WithLockDelay) after a holder vanished without releasing, about when
 	// the delay ends (the read's time plus the TTL etcd reported for the
 	// marker's lease, rounded to whole seconds and lagging by up to its
 	// expiry check); zero otherwise. Nobody holds the lock meanwhile: its
@@ -64,7 +65,7 @@ type Record struct {
 	// not known; for a process that acquires right after it starts, such
 	// as "fencekit run", the bound is close. Zero when unknown.
 	Since time.Time
-	// Holds is the hold count (1 plus one per Reenter not yet released),
+	// Holds is the hold count (1 plus one per lease.Reenter not yet released),
 	// or 0 when the record's value is not a fencekit lock value.
 	Holds int
 	// Session is the etcd lease (the holder Client's session) the record
@@ -78,7 +79,7 @@ type Record struct {
 	Key string
 	// Kind is the kind of lock the record belongs to: "lock" (a Lease, a
 	// write lock or an election candidate), "read" (a read lock of an
-	// RWMutex) or "semaphore/N" (a permit of a semaphore of N); "" for a
+	// lease.RWMutex) or "semaphore/N" (a permit of a semaphore of N); "" for a
 	// record no fencekit Client wrote.
 	Kind string
 	// Held reports whether the record holds the lock: the head of the
@@ -86,51 +87,22 @@ type Record struct {
 	// lock, the first N for a semaphore of N.
 	Held bool
 	// Value is an election candidate's public value, or the metadata of an
-	// acquisition (WithMetadata); "" otherwise. It is the holder's to
+	// acquisition (lease.WithMetadata); "" otherwise. It is the holder's to
 	// write: treat it as untrusted text.
 	Value string
-	// LockDelay is the acquisition's lock-delay (WithLockDelay): how long
+	// LockDelay is the acquisition's lock-delay (lease.WithLockDelay): how long
 	// the lock will wait after its record vanishes without a Release; 0
 	// when none.
 	LockDelay time.Duration
 }
 
-// NotHolderError is returned by ForceRelease when the given fencing
-// revision is not that of the lock's current holder. It matches ErrNotOwner
-// when another acquisition holds the lock, and ErrNotFound when nobody does.
-// Nothing was deleted.
-type NotHolderError struct {
-	// Lock is the lock's name.
-	Lock string
-	// Revision is the fencing revision ForceRelease was given.
-	Revision int64
-	// Holder is the current holder's fencing revision, 0 when the lock is
-	// free.
-	Holder int64
-}
-
-func (e *NotHolderError) Error() string {
-	if e.Holder == 0 {
-		return fmt.Sprintf("lease: force release %q fence %d: lock is free: %v", e.Lock, e.Revision, ErrNotFound)
-	}
-	return fmt.Sprintf("lease: force release %q fence %d: holder is fence %d: %v", e.Lock, e.Revision, e.Holder, ErrNotOwner)
-}
-
-// Is reports whether target is ErrNotOwner (the lock is held by another
-// acquisition) or ErrNotFound (it is free).
-func (e *NotHolderError) Is(target error) bool {
-	if e.Holder == 0 {
-		return target == ErrNotFound
-	}
-	return target == ErrNotOwner
-}
-
-// Admin holds the operator's tools over the lock records that Clients
-// keep under one prefix: it reads any lock's state (Inspect, InspectAll),
-// asks a holder to let go (RequestRelease) and deletes a holder's record
-// (ForceRelease). It holds nothing and has no session: a tool (such as
-// "fencekit status" or "fencekit release") needs no Client of its own, and
-// a process that holds locks reaches the same tools through Client.Admin.
+// Admin holds the operator's tools over the lock records that
+// lease.Clients keep under one prefix: it reads any lock's state (Inspect,
+// InspectAll), asks a holder to let go (RequestRelease) and deletes a
+// holder's record (ForceRelease). It holds nothing and has no session: a
+// tool (such as "fencekit status" or "fencekit release") needs no
+// lease.Client of its own, and a process that holds locks makes one from
+// its etcd client and its Client's prefix (lease.Client.Prefix).
 // Each call compares what it changes in one etcd transaction, so a holder
 // that took over meanwhile is never touched.
 //
@@ -141,24 +113,26 @@ type Admin struct {
 	log    *slog.Logger
 }
 
-// NewAdmin returns an Admin of the records that Clients keep under prefix
-// through cli: the prefix given to WithPrefix, or DefaultPrefix. A "/" is
-// appended when missing, as WithPrefix does. Its log records (a force
-// release, a release request) are discarded; Client.Admin's go to the
-// Client's logger.
-func NewAdmin(cli *clientv3.Client, prefix string) (*Admin, error) {
-	v, err := NewVerifier(cli, prefix) // the same checks and prefix
+// New returns an Admin of the records that lease.Clients keep under
+// prefix through cli: the prefix given to lease.WithPrefix, or
+// lease.DefaultPrefix. A "/" is appended when missing, as WithPrefix does.
+// Its log records (a force release, a release request) go to the logger
+// of WithLogger, and are discarded without it.
+func New(cli *clientv3.Client, prefix string, opts ...Option) (*Admin, error) {
+	if cli == nil {
+		return nil, errors.New("lease/admin: nil etcd client")
+	}
+	prefix, err := record.Prefix(prefix)
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{etcd: v.etcd, prefix: v.prefix, log: slog.New(slog.DiscardHandler)}, nil
-}
-
-// Admin returns an Admin of the records of c's prefix, through c's etcd
-// client, logging to c's logger. It stays usable after c is closed, as
-// long as the etcd client is open.
-func (c *Client) Admin() *Admin {
-	return &Admin{etcd: c.etcd, prefix: c.cfg.prefix, log: c.log}
+	a := &Admin{etcd: cli, prefix: prefix, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o.apply(a); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Inspect reads the state of the lock called name in one etcd request, plus
@@ -166,12 +140,12 @@ func (c *Client) Admin() *Admin {
 // writes nothing and needs only read access to the Admin's prefix. A lock
 // nobody holds or waits for has a nil Holder and no Waiters.
 func (a *Admin) Inspect(ctx context.Context, name string) (*LockState, error) {
-	if err := ValidateName(name); err != nil {
+	if err := lease.ValidateName(name); err != nil {
 		return nil, err
 	}
-	resp, err := a.etcd.Get(ctx, lockDir(a.prefix, name), queueRecords()...)
+	resp, err := a.etcd.Get(ctx, record.Dir(a.prefix, name), record.QueueRecords()...)
 	if err != nil {
-		return nil, fmt.Errorf("lease: inspect %q: %w", name, errors.Join(rpcError(err), ctx.Err()))
+		return nil, fmt.Errorf("lease: inspect %q: %w", name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	states, err := a.states(ctx, resp.Kvs, resp.Header.Revision)
 	if err != nil {
@@ -188,7 +162,7 @@ func (a *Admin) Inspect(ctx context.Context, name string) (*LockState, error) {
 func (a *Admin) InspectAll(ctx context.Context) ([]LockState, error) {
 	resp, err := a.etcd.Get(ctx, a.prefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("lease: inspect all: %w", errors.Join(rpcError(err), ctx.Err()))
+		return nil, fmt.Errorf("lease: inspect all: %w", errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	states, err := a.states(ctx, resp.Kvs, resp.Header.Revision)
 	if err != nil {
@@ -207,7 +181,7 @@ func (a *Admin) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (
 		if rest == key || strings.Count(rest, "/") != 1 || strings.HasPrefix(rest, "/") {
 			continue // not a record key: <prefix><name>/<session>-<slot>
 		}
-		name := dirName(key)
+		name := record.DirName(key)
 		byLock[name] = append(byLock[name], kv)
 	}
 	ttls := map[int64]time.Duration{}
@@ -215,7 +189,7 @@ func (a *Admin) states(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (
 		if _, ok := ttls[kv.Lease]; ok || kv.Lease == 0 {
 			continue
 		}
-		ttl, err := sessionTTL(ctx, a.etcd, kv.Lease)
+		ttl, err := record.SessionTTL(ctx, a.etcd, kv.Lease)
 		if err != nil {
 			return nil, err
 		}
@@ -240,8 +214,8 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 	st := LockState{Name: name, Revision: rev}
 	delays := map[int64]time.Duration{} // a record's creation revision -> its marker's delay
 	for i, kv := range recs {
-		if rec, ok := markerRecord(string(kv.Key)); ok {
-			delays[kv.CreateRevision], _ = markerDelay(kv.Value)
+		if rec, ok := record.MarkerRecord(string(kv.Key)); ok {
+			delays[kv.CreateRevision], _ = record.MarkerDelay(kv.Value)
 			first := st.Holder == nil && len(st.Waiters) == 0
 			ownRecord := func(r *mvccpb.KeyValue) bool { return string(r.Key) == rec && r.CreateRevision == kv.CreateRevision }
 			if first && !slices.ContainsFunc(recs, ownRecord) {
@@ -254,8 +228,8 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 			continue
 		}
 		r := newRecord(name, kv, ttls)
-		if k, ok := kindOf(string(kv.Key)); ok {
-			blockers, need, err := admission(k, recs[:i], kv.CreateRevision)
+		if k, ok := record.KindOf(string(kv.Key)); ok {
+			blockers, need, err := record.Admission(k, recs[:i], kv.CreateRevision)
 			r.Held = err == nil && len(blockers) < need
 		}
 		if st.Holder == nil && len(st.Waiters) == 0 && st.DelayedUntil.IsZero() {
@@ -273,21 +247,6 @@ func lockState(name string, recs []*mvccpb.KeyValue, ttls map[int64]time.Duratio
 	return st
 }
 
-// sessionTTL returns the TTL left of an etcd lease, or -1 when it no longer
-// exists.
-func sessionTTL(ctx context.Context, etcd clientv3.Lease, id int64) (time.Duration, error) {
-	resp, err := etcd.TimeToLive(ctx, clientv3.LeaseID(id))
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return -1, nil
-	case err != nil:
-		return 0, fmt.Errorf("session %x TTL: %w", id, errors.Join(rpcError(err), ctx.Err()))
-	case resp.TTL < 0:
-		return -1, nil
-	}
-	return time.Duration(resp.TTL) * time.Second, nil
-}
-
 // newRecord describes kv without its owner token.
 func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) Record {
 	r := Record{
@@ -299,23 +258,23 @@ func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) R
 	if ttl, ok := ttls[kv.Lease]; ok {
 		r.SessionTTL = ttl
 	}
-	if k, ok := kindOf(r.Key); ok {
+	if k, ok := record.KindOf(r.Key); ok {
 		switch {
-		case k.limit > 0:
-			r.Kind = "semaphore/" + strconv.Itoa(k.limit)
-		case k.shared:
+		case k.Limit > 0:
+			r.Kind = "semaphore/" + strconv.Itoa(k.Limit)
+		case k.Shared:
 			r.Kind = "read"
 		default:
 			r.Kind = "lock"
 		}
 	}
-	tok, n, payload, ok := decodeRecord(kv.Value)
+	tok, n, payload, ok := record.Decode(kv.Value)
 	if !ok {
 		r.OwnerDigest = logattr.Hash(string(kv.Value))
 		return r
 	}
 	r.Holds = n
-	_, r.Value = decodePayload(payload)
+	_, r.Value = record.DecodePayload(payload)
 	r.OwnerDigest = logattr.Hash(tok) // the same hash as owner.Token.Digest
 	if t, err := owner.Parse(tok); err == nil {
 		r.OwnerDigest = t.Digest()
@@ -330,12 +289,12 @@ func newRecord(name string, kv *mvccpb.KeyValue, ttls map[int64]time.Duration) R
 // only if that acquisition holds the lock now. The delete is one etcd
 // transaction comparing the record's creation revision, never the key
 // alone, so a holder that took over meanwhile is never touched. The holder
-// whose record it deletes sees its lease end with ErrKeyDeleted (within
+// whose record it deletes sees its lease end with lease.ErrKeyDeleted (within
 // milliseconds, through its Client's watch), and the first waiter acquires.
 //
 // It returns what it deleted. When rev is not the current holder's it
-// deletes nothing and returns a *NotHolderError (matching ErrNotOwner, or
-// ErrNotFound when the lock is free). Any other error means the outcome is
+// deletes nothing and returns a *lease.NotHolderError (matching lease.ErrNotOwner, or
+// lease.ErrNotFound when the lock is free). Any other error means the outcome is
 // unknown; calling ForceRelease again is safe.
 //
 // ForceRelease does not stop the holder's side effects: a holder that is
@@ -346,21 +305,21 @@ func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Reco
 	if err != nil {
 		return nil, err
 	}
-	dir, key := lockDir(a.prefix, name), string(kv.Key)
+	dir, key := record.Dir(a.prefix, name), string(kv.Key)
 	// The record at the head of the queue stays the head as long as it
 	// exists (no record can be created ahead of it), so comparing its
 	// creation revision is enough to know it still holds the lock. The
 	// same transaction reads the record's lock-delay marker, if any.
 	resp, err := a.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpGet(key+markerSep, clientv3.WithPrefix())).
-		Else(clientv3.OpGet(dir, headRecord()...)).
+		Then(clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpGet(key+record.MarkerSep, clientv3.WithPrefix())).
+		Else(clientv3.OpGet(dir, record.HeadRecord()...)).
 		Commit()
 	if err != nil {
-		return nil, fmt.Errorf("lease: force release %q: outcome unknown: %w", name, errors.Join(rpcError(err), ctx.Err()))
+		return nil, fmt.Errorf("lease: force release %q: outcome unknown: %w", name, errors.Join(record.RPCError(err), ctx.Err()))
 	}
 	if !resp.Succeeded {
-		e := &NotHolderError{Lock: name, Revision: rev}
+		e := &lease.NotHolderError{Lock: name, Revision: rev}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			e.Holder = kvs[0].CreateRevision
 		}
@@ -368,17 +327,17 @@ func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Reco
 	}
 	del := resp.Responses[0].GetResponseDeleteRange()
 	if del.Deleted == 0 || len(del.PrevKvs) == 0 {
-		return nil, &NotHolderError{Lock: name, Revision: rev}
+		return nil, &lease.NotHolderError{Lock: name, Revision: rev}
 	}
 	r := newRecord(name, del.PrevKvs[0], nil)
 	a.log.Warn("lease force released", logattr.Lock(name), slog.String("owner", r.OwnerDigest), logattr.Fence(rev),
 		slog.Int("holds", r.Holds))
-	if m := forcedMark(resp.Responses[1].GetResponseRange().Kvs, rev); m != nil {
+	if m := record.ForcedMark(resp.Responses[1].GetResponseRange().Kvs, rev); m != nil {
 		// Not a Release: the lock waits out the holder's lock-delay,
 		// counted from now rather than from its session's end.
-		r.LockDelay = m.delay
+		r.LockDelay = m.Delay
 		discard := func(id clientv3.LeaseID, _ time.Duration) { _, _ = a.etcd.Revoke(ctx, id) } // or it expires
-		if err := moveMarker(ctx, a.etcd, m, discard); err != nil {
+		if err := record.MoveMarker(ctx, a.etcd, m, discard); err != nil {
 			a.log.Warn("lease force release: lock-delay marker stays on its session's lease (it expires within the TTL plus the delay)",
 				logattr.Lock(name), logattr.Fence(rev), slog.String("error", err.Error()))
 		}
@@ -387,39 +346,68 @@ func (a *Admin) ForceRelease(ctx context.Context, name string, rev int64) (*Reco
 }
 
 // holder returns, for op, the record of the lock called name that holds
-// it, if its fencing revision is rev; otherwise a *NotHolderError, or
+// it, if its fencing revision is rev; otherwise a *lease.NotHolderError, or
 // another error when it cannot tell.
 func (a *Admin) holder(ctx context.Context, op, name string, rev int64) (*mvccpb.KeyValue, error) {
-	if err := ValidateName(name); err != nil {
+	if err := lease.ValidateName(name); err != nil {
 		return nil, err
 	}
 	if rev <= 0 {
 		return nil, fmt.Errorf("lease: %s %q: fence revision %d is not positive", op, name, rev)
 	}
-	head, err := a.etcd.Get(ctx, lockDir(a.prefix, name), headRecord()...)
+	head, err := a.etcd.Get(ctx, record.Dir(a.prefix, name), record.HeadRecord()...)
 	var kv *mvccpb.KeyValue
 	if err == nil && len(head.Kvs) > 0 {
-		kv, err = resolveHead(ctx, a.etcd, head.Kvs[0]) // nil: a marker without its record
+		kv, err = record.ResolveHead(ctx, a.etcd, head.Kvs[0]) // nil: a marker without its record
 	}
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("lease: %s %q: %w", op, name, errors.Join(rpcError(err), ctx.Err()))
+		return nil, fmt.Errorf("lease: %s %q: %w", op, name, errors.Join(record.RPCError(err), ctx.Err()))
 	case kv == nil:
-		return nil, &NotHolderError{Lock: name, Revision: rev}
+		return nil, &lease.NotHolderError{Lock: name, Revision: rev}
 	case kv.CreateRevision != rev:
-		return nil, &NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
+		return nil, &lease.NotHolderError{Lock: name, Revision: rev, Holder: kv.CreateRevision}
 	}
 	return kv, nil
 }
 
-// forcedMark is the lock-delay marker among kvs (a read of a record's
-// markers) of the record created at rev, or nil.
-func forcedMark(kvs []*mvccpb.KeyValue, rev int64) *delayMark {
-	for _, kv := range kvs {
-		d, ok := markerDelay(kv.Value)
-		if ok && kv.CreateRevision == rev && isMarker(string(kv.Key)) {
-			return &delayMark{key: string(kv.Key), value: string(kv.Value), delay: d, shadow: clientv3.LeaseID(kv.Lease)}
-		}
+// RequestRelease asks the holder of the lock called name whose fencing
+// revision is rev to release it: the cooperative counterpart of
+// ForceRelease. The holder's lease.Lease.ReleaseRequested closes (within the time
+// an etcd watch event takes), lease.Client.Do cancels its function's context with
+// lease.ErrReleaseRequested and then releases; a holder that uses Acquire decides
+// itself what to do. Nothing is taken away: a holder that ignores the
+// request keeps the lock.
+//
+// The request is a key under the prefix's reserved "/asks/" space (no lock
+// name is empty, so it is never part of a lock), attached to the holder's
+// session so that it goes with it. It is written only if the acquisition
+// with revision rev still holds the lock, in one transaction comparing its
+// record's creation revision. When rev is not the current holder's it
+// writes nothing and returns a *lease.NotHolderError (matching lease.ErrNotOwner, or
+// lease.ErrNotFound when the lock is free). A record that no session keeps
+// cannot be asked: use ForceRelease. Any other error means the outcome is
+// unknown; asking again is harmless.
+func (a *Admin) RequestRelease(ctx context.Context, name string, rev int64) error {
+	kv, err := a.holder(ctx, "request release", name, rev)
+	if err != nil {
+		return err
 	}
+	if kv.Lease == 0 {
+		return fmt.Errorf("lease: request release %q: the record is kept by no session, so no Client can hear the request; use ForceRelease", name)
+	}
+	key := string(kv.Key)
+	ask := record.AskKey(a.prefix, key, rev)
+	resp, err := a.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(ask, key, clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
+		Commit()
+	switch {
+	case err != nil:
+		return fmt.Errorf("lease: request release %q: outcome unknown: %w", name, errors.Join(record.RPCError(err), ctx.Err()))
+	case !resp.Succeeded:
+		return &lease.NotHolderError{Lock: name, Revision: rev}
+	}
+	a.log.Info("lease release requested", logattr.Lock(name), logattr.Fence(rev))
 	return nil
 }

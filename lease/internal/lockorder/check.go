@@ -1,6 +1,6 @@
 //go:build fencekit_lockcheck
 
-package lease
+package lockorder
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package lease
+package record
 
 import (
 	"testing"
@@ -21,27 +21,27 @@ func TestMarkerKeys(t *testing.T) {
 		"/fencekit/locks/jobs.d1/00000000000000ab-1": false, // ".d" in the lock name
 		"/fencekit/locks/jobs/zz.d1":                 false,
 	} {
-		got, ok := markerRecord(key)
+		got, ok := MarkerRecord(key)
 		assert.Equal(t, want, ok, key)
 		if ok {
 			assert.Equal(t, rec, got)
 		}
-		if _, isRecord := kindOf(key); ok && isRecord {
+		if _, isRecord := KindOf(key); ok && isRecord {
 			t.Errorf("%s is both a marker and a record", key)
 		}
 	}
-	d, ok := markerDelay([]byte(markerValue(3 * time.Second)))
+	d, ok := MarkerDelay([]byte(MarkerValue(3 * time.Second)))
 	assert.True(t, ok)
 	assert.Equal(t, 3*time.Second, d)
-	_, ok = markerDelay([]byte(encodeValue("someone", 1)))
+	_, ok = MarkerDelay([]byte(EncodeValue("someone", 1)))
 	assert.False(t, ok)
 	// Older Clients read a marker's value as a record's, so they do not
 	// report it as foreign.
-	_, _, ok = decodeValue([]byte(markerValue(time.Second)))
+	_, _, ok = DecodeValue([]byte(MarkerValue(time.Second)))
 	assert.True(t, ok)
-	assert.Equal(t, 2*time.Second, roundUpSeconds(1001*time.Millisecond))
-	assert.Equal(t, time.Second, roundUpSeconds(time.Second))
-	assert.EqualValues(t, 3, delayTTL(2*time.Second))
+	assert.Equal(t, 2*time.Second, RoundUpSeconds(1001*time.Millisecond))
+	assert.Equal(t, time.Second, RoundUpSeconds(time.Second))
+	assert.EqualValues(t, 3, DelayTTL(2*time.Second))
 }
 
 // A waiter skips its own marker, which may sort ahead of its record, and
@@ -52,7 +52,7 @@ func TestAdmissionSkipsOwnMarker(t *testing.T) {
 		return &mvccpb.KeyValue{Key: []byte(dir + key), CreateRevision: crev}
 	}
 	ahead := []*mvccpb.KeyValue{kv("00000000000000aa-0.d1", 5), kv("00000000000000aa-0", 5), kv("00000000000000bb-0.d1", 9)}
-	blockers, need, err := admission(exclusive, ahead, 9)
+	blockers, need, err := Admission(Exclusive, ahead, 9)
 	assert.NoError(t, err)
 	assert.Equal(t, 1, need)
 	assert.Equal(t, map[string]int64{dir + "00000000000000aa-0.d1": 5, dir + "00000000000000aa-0": 5}, blockers)

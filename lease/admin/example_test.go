@@ -1,4 +1,4 @@
-package lease_test
+package admin_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/admin"
 )
 
 func ExampleAdmin_Inspect() {
@@ -26,7 +27,12 @@ func ExampleAdmin_Inspect() {
 	}
 	defer l.Release(ctx)
 
-	st, err := locks.Admin().Inspect(ctx, "reports")
+	// The operator's tools, over the records of the Client's prefix.
+	ops, err := admin.New(cli, locks.Prefix())
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := ops.Inspect(ctx, "reports")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,15 +60,15 @@ func ExampleAdmin_ForceRelease() {
 	}
 
 	// An operator's tool needs no Client: an Admin of the same prefix.
-	admin, err := lease.NewAdmin(cli, lease.DefaultPrefix)
+	ops, err := admin.New(cli, lease.DefaultPrefix)
 	if err != nil {
 		log.Fatal(err)
 	}
 	// A revision that is not the holder's is refused, and nothing changes.
-	_, err = admin.ForceRelease(ctx, "reports", l.Fence().Revision+1)
+	_, err = ops.ForceRelease(ctx, "reports", l.Fence().Revision+1)
 	fmt.Println("wrong revision refused:", errors.Is(err, lease.ErrNotOwner))
 
-	r, err := admin.ForceRelease(ctx, "reports", l.Fence().Revision)
+	r, err := ops.ForceRelease(ctx, "reports", l.Fence().Revision)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -93,7 +99,11 @@ func ExampleAdmin_InspectAll() {
 		defer l.Release(ctx)
 	}
 
-	all, err := locks.Admin().InspectAll(ctx)
+	ops, err := admin.New(cli, lease.DefaultPrefix)
+	if err != nil {
+		log.Fatal(err)
+	}
+	all, err := ops.InspectAll(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

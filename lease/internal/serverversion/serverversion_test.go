@@ -1,12 +1,20 @@
-package lease
+package serverversion
 
 import (
 	"bytes"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+// floor is lease.MinServerVersion.
+const floor = "3.5.0"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // Versions inside the floor with known lock-relevant bugs are logged at
 // Warn, naming the etcd issues and the release that fixes them all; older
@@ -32,15 +40,15 @@ func TestJudgeVersion(t *testing.T) {
 	} {
 		t.Run(tc.version, func(t *testing.T) {
 			var buf bytes.Buffer
-			c := &Client{log: slog.New(slog.NewTextHandler(&buf, nil))}
-			err := c.judgeVersion("http://127.0.0.1:2379", tc.version)
-			var ve *ServerVersionError
-			if got := errors.As(err, &ve); got != tc.tooOld {
-				t.Fatalf("judgeVersion(%s) = %v; want too old: %v", tc.version, err, tc.tooOld)
+			log := slog.New(slog.NewTextHandler(&buf, nil))
+			const ep = "http://127.0.0.1:2379"
+			old := Judge(log, floor, ep, tc.version)
+			if got := old != nil; got != tc.tooOld {
+				t.Fatalf("Judge(%s) = %+v; want too old: %v", tc.version, old, tc.tooOld)
 			}
 			if tc.tooOld {
-				if ve.Version != tc.version || ve.Floor != MinServerVersion || !errors.Is(err, ErrServerTooOld) {
-					t.Errorf("error %+v", ve)
+				if old.Version != tc.version || old.Endpoint != ep {
+					t.Errorf("too old: %+v", old)
 				}
 				return
 			}
@@ -71,8 +79,8 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	c := &Client{log: slog.New(slog.NewTextHandler(&buf, nil))}
-	if err := c.judgeVersion("e", "garbage"); err != nil || !strings.Contains(buf.String(), "not understood") {
-		t.Errorf("an unparsable version: err %v, log %q", err, buf.String())
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	if old := Judge(log, floor, "e", "garbage"); old != nil || !strings.Contains(buf.String(), "not understood") {
+		t.Errorf("an unparsable version: too old %+v, log %q", old, buf.String())
 	}
 }
