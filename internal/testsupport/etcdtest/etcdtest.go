@@ -11,6 +11,7 @@ package etcdtest
 
 import (
 	"context"
+	"log"
 	"os"
 	"strconv"
 	"testing"
@@ -156,3 +157,20 @@ func (c *Cluster) Close() { _ = c.c.Close() }
 // members are processes now, so there is nothing to wait for. It stays for
 // the tests that call it.
 func WaitServerConns(time.Duration) {}
+
+// ForExample starts a one-member etcd for a package's runnable examples
+// (a separate process; a user's program connects to its own cluster
+// instead) and returns a client and a function that closes both. An
+// example has no testing.T: a failure to start ends the test binary.
+func ForExample() (*clientv3.Client, func()) {
+	cluster, err := etcdproc.Start(etcdproc.Config{NoFsync: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cli, err := cluster.NewClient()
+	if err != nil {
+		_ = cluster.Close()
+		log.Fatal(err)
+	}
+	return cli, func() { cli.Close(); _ = cluster.Close() }
+}
