@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -494,5 +495,29 @@ func TestCompactedWatchPartial(t *testing.T) {
 	}
 	if _, err := holder.Get(ctx, "x"); err != nil {
 		t.Errorf("a read through the holder's link after Heal: %v", err)
+	}
+}
+
+// A worker is alone in its process group, so that a Pause cannot become
+// a SIGHUP from the kernel when the test binary's group is orphaned (see
+// StartWorker).
+func TestWorkerOwnProcessGroup(t *testing.T) {
+	w, err := faults.StartWorker("ticker", nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	pgid, err := syscall.Getpgid(w.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgid != w.PID() {
+		t.Errorf("worker %d is in process group %d (this process's: %d), want a group of its own", w.PID(), pgid, syscall.Getpgrp())
 	}
 }

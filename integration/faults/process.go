@@ -71,7 +71,10 @@ type Worker struct {
 // worker's standard output and error go to stdout and stderr (nil
 // discards). The binary is also given the flag -test.run=^$, so a test
 // binary whose TestMain forgot to call ServeWorker runs no tests instead
-// of running them recursively. Stop the worker when done.
+// of running them recursively. The worker runs in a process group of its
+// own, so a terminal's Ctrl-C reaches only this process; the worker ends
+// when this process does (its standard input closes). Stop the worker
+// when done.
 func StartWorker(name string, env []string, stdout, stderr io.Writer) (*Worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -80,6 +83,14 @@ func StartWorker(name string, env []string, stdout, stderr io.Writer) (*Worker, 
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), env...), EnvWorker+"="+name)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A group of its own, so that Pause's SIGSTOP cannot turn into a kill:
+	// a stopped process in an orphaned process group gets SIGHUP and
+	// SIGCONT from the kernel (POSIX), and the test binary's group is
+	// orphaned when, say, the shell that started it as a background job
+	// exits. Alone in its group, its parent (this process) in another
+	// group of the same session, the worker's group is not orphaned while
+	// this process runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("faults: start worker: %w", err)

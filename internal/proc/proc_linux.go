@@ -12,8 +12,18 @@ import (
 // it exits: the test process ending in any way (a timeout panic, a signal)
 // leaves no server behind. Start runs it on a locked thread that lives as
 // long as the child.
+//
+// It also puts the child in a process group of its own. The tests pause
+// servers with SIGSTOP; a stopped process that shares the group of the
+// test binary and the shell that started it gets SIGHUP and SIGCONT from
+// the kernel when that group is orphaned (POSIX: when the last process
+// linking it to its session's other groups exits, such as the shell a
+// background job was started from), which kills a paused server or
+// resumes a frozen one early, in the middle of a fault. Alone in its group,
+// with the test binary as its parent in the same session, it is not
+// orphaned while the test runs.
 func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
 // lockThread keeps the calling goroutine on its thread; see sysProcAttr.
