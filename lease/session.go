@@ -287,17 +287,24 @@ func (c *Client) keepAlive(s *session) {
 			c.log.Warn("lease session renewal failed", slog.String("session", strconv.FormatInt(int64(s.id), 16)), slog.String("error", err.Error()))
 			t.Reset(max(interval/4, 20*time.Millisecond))
 		default:
-			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.margin))
-			c.log.Debug("lease session renewed", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
-				slog.Time("sent", sent), slog.Time("valid_until", s.until()),
-				slog.String("member", strconv.FormatUint(resp.MemberId, 16)), slog.Uint64("raft_term", resp.RaftTerm))
+			c.confirmed(s, sent, resp, interval)
 			t.Reset(interval)
-			if s.ttl != c.cfg.ttl && s.idleRenewal(c.sessions.idleRenewals(interval)) {
-				c.recs.retireIfIdle(s)
-			}
 		}
 		c.recs.deleteOrphans(s)
 		c.recs.sweep()
+	}
+}
+
+// confirmed takes in a renewal of s sent at sent and confirmed by resp:
+// s's validity moves to the TTL less the margin after sent, and a session
+// of another TTL than the Client's that has been idle too long retires.
+func (c *Client) confirmed(s *session, sent time.Time, resp *clientv3.LeaseKeepAliveResponse, interval time.Duration) {
+	s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.margin))
+	c.log.Debug("lease session renewed", slog.String("session", strconv.FormatInt(int64(s.id), 16)),
+		slog.Time("sent", sent), slog.Time("valid_until", s.until()),
+		slog.String("member", strconv.FormatUint(resp.MemberId, 16)), slog.Uint64("raft_term", resp.RaftTerm))
+	if s.ttl != c.cfg.ttl && s.idleRenewal(c.sessions.idleRenewals(interval)) {
+		c.recs.retireIfIdle(s)
 	}
 }
 
