@@ -10,8 +10,10 @@
 #
 # Exits 1 on an incompatible change unless CHANGELOG.md's section NAME
 # (default "Unreleased"; scripts/release.sh passes the version, as in
-# "## [0.2.0]") has a "### Breaking" heading with at least one entry under
-# it (docs/RELEASING.md). Exits 0 otherwise, and 2 when it cannot run.
+# "## [0.2.0]") has a "### Breaking" heading whose entries name every
+# package with an incompatible change, as its path from the repository
+# root in backquotes (docs/RELEASING.md). Exits 0 otherwise, and 2 when it
+# cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -48,12 +50,14 @@ library_packages "$root" >"$tmp/new.pkgs"
 
 incompatible=0
 changed=0
+broken=() # packages with incompatible changes
 while read -r pkg; do
   f="$tmp/old/$(echo "$pkg" | tr / _).export"
   (cd "$tmp/old" && GOWORK="$tmp/old/go.work" "$tmp/apidiff" -w "$f" "$pkg")
   if ! grep -qx "$pkg" "$tmp/new.pkgs"; then
     printf '== %s\nIncompatible changes:\n- package removed\n\n' "$pkg"
     incompatible=$((incompatible + 1)); changed=$((changed + 1))
+    broken+=("$pkg")
     continue
   fi
   report=$(cd "$root" && "$tmp/apidiff" "$f" "$pkg")
@@ -62,6 +66,7 @@ while read -r pkg; do
     changed=$((changed + 1))
     if grep -q '^Incompatible changes:' <<<"$report"; then
       incompatible=$((incompatible + $(sed -n '/^Incompatible changes:/,/^$/p' <<<"$report" | grep -c '^- ')))
+      broken+=("$pkg")
     fi
   fi
 done <"$tmp/old.pkgs"
@@ -77,9 +82,18 @@ echo "apicheck: $n packages of $base_version ($(git rev-parse --short "$base")) 
 if [[ $incompatible == 0 ]]; then
   exit 0
 fi
-if scripts/releases.sh breaking "$section"; then
-  echo "apicheck: incompatible changes, and CHANGELOG.md's [$section] section says so under '### Breaking'"
+# Each package with an incompatible change must be named, as its path
+# from the repository root in backquotes (`lease`, `integration/etcdtest`),
+# by an entry under '### Breaking'.
+rel=()
+for pkg in "${broken[@]}"; do rel+=("${pkg#github.com/fencekit/fencekit/}"); done
+if unnamed=$(scripts/releases.sh breaking "$section" "${rel[@]}"); then
+  echo "apicheck: incompatible changes in ${rel[*]}, and CHANGELOG.md's [$section] section names each under '### Breaking'"
   exit 0
 fi
-echo "apicheck: REFUSED: $incompatible incompatible changes, and CHANGELOG.md's [$section] section has no '### Breaking' entry (docs/RELEASING.md)" >&2
+if [[ -z $unnamed ]]; then
+  echo "apicheck: REFUSED: $incompatible incompatible changes, and CHANGELOG.md's [$section] section has no '### Breaking' entry (docs/RELEASING.md)" >&2
+else
+  echo "apicheck: REFUSED: incompatible changes in" $unnamed "that no entry under '### Breaking' of CHANGELOG.md's [$section] section names (write the package as \`path\`; docs/RELEASING.md)" >&2
+fi
 exit 1

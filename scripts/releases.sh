@@ -7,8 +7,13 @@
 #                     outside tools/ and testdata/), "." first
 #   paths             their module paths, in the same order
 #   section NAME      exit 0 if CHANGELOG.md has a section "## [NAME]"
-#   breaking NAME     exit 0 if that section has a "### Breaking" heading
-#                     with at least one entry ("- ...") under it
+#   breaking NAME [PKG...]
+#                     exit 0 if that section has a "### Breaking" heading
+#                     with at least one entry ("- ...") under it, and
+#                     its entries name each PKG (a package path relative
+#                     to the repository root, such as lease or
+#                     integration/etcdtest) in backquotes; prints the
+#                     packages none names
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,11 +41,19 @@ section)
   grep -q "^## \[$2\]" CHANGELOG.md
   ;;
 breaking)
-  section_text "$2" | awk '
+  entries=$(section_text "$2" | awk '
     /^### / { inb = ($0 ~ /^### Breaking[[:space:]]*$/); next }
-    inb && /^- / { found = 1 }
-    END { exit !found }
-  '
+    inb { print }
+  ')
+  grep -q '^- ' <<<"$entries" || exit 1
+  missing=0
+  for pkg in "${@:3}"; do
+    if ! grep -qF "\`$pkg\`" <<<"$entries"; then
+      echo "$pkg"
+      missing=1
+    fi
+  done
+  exit "$missing"
   ;;
 *)
   sed -n '2,12p' "$0" >&2
