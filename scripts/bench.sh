@@ -15,7 +15,7 @@
 # interleaved benchmark, and of RevokeStorm; default: each benchmark's own,
 # 3 to 60), TRIALS FENCEKIT_BENCH_TRIALS (LossSignal's trials per case,
 # CrashTakeover's kill trials per TTL). With the defaults the whole set
-# takes about 16 minutes on 2 cores, 11 of them RevokeStorm and
+# takes 13 to 16 minutes on 2 cores, 11 of them RevokeStorm and
 # CrashTakeover (integration/bench_storm_test.go, bench_takeover_test.go:
 # holder processes killed on etcd server processes, which this script
 # builds first when they are not built; STORM_N, comma-separated, sets
