@@ -4,13 +4,13 @@
 # coexistence case). docs/RELEASING.md runs this before every release;
 # run it after changing lease, the guards or the module requirements.
 #
-#   scripts/long-checks.sh           # everything below, about 25 minutes warm on 2 cores
+#   scripts/long-checks.sh           # everything below, about 37 minutes warm on 2 cores
 #   LEGS="matrix" scripts/long-checks.sh
 #
 # Legs (LEGS, space-separated; default all of them):
 #   matrix  the server matrix's other cells: 3.5 on three members, 3.6
 #           and 3.7 on one and three (scripts/matrix.sh, one package at a
-#           time); about 20 minutes
+#           time); about 29 minutes
 #   compat  coexistence with every k8s.io/apiserver minor from v0.33 and
 #           with the newest controller-runtime + client-go
 #           (scripts/compat/run.sh, every case); minutes cold
